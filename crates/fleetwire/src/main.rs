@@ -1,0 +1,73 @@
+//! The `fleetwire` binary: `serve` runs the platform, `check-config` validates a configuration file.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use fleetwire_server::Config;
+
+#[derive(Parser)]
+#[command(name = "fleetwire", version, about = "IoT telemetry platform and MQTT broker")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run Fleetwire: MQTT on 1883, HTTP on 8080, embedded store in ./data (see fleetwire.toml).
+    Serve {
+        /// Configuration file (TOML); without it the built-in defaults apply.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Create ThingsBoard's demo accounts and a demo device, and print how to send data to it.
+        #[arg(long)]
+        demo: bool,
+        /// Data directory (overrides the config file and FLEETWIRE_DATA_DIR).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Load and validate a configuration, then print the effective configuration.
+    CheckConfig {
+        /// Configuration file (TOML); without it the built-in defaults are checked.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FLEETWIRE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Serve {
+            config,
+            demo,
+            data_dir,
+        } => {
+            let mut config = Config::load(config.as_deref()).context("loading configuration")?;
+            if demo {
+                config.bootstrap.demo = true;
+            }
+            if let Some(dir) = data_dir {
+                config.data_dir = dir;
+            }
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .thread_name("fleetwire")
+                .build()
+                .context("starting the async runtime")?;
+            runtime.block_on(fleetwire_server::serve::serve(config))
+        }
+        Command::CheckConfig { config } => {
+            let config = Config::load(config.as_deref()).context("loading configuration")?;
+            println!("{}", toml::to_string_pretty(&config).context("printing configuration")?);
+            eprintln!("configuration is valid");
+            Ok(())
+        }
+    }
+}

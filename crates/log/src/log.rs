@@ -1,0 +1,448 @@
+//! The `Log` handle: opening (lock, recovery, writer thread), the append and durability API,
+//! readers, checkpoints and usage reporting.
+
+use std::fs::{File, OpenOptions};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::checkpoint::{reclaim_segments, write_checkpoint};
+use crate::config::LogConfig;
+use crate::error::{LogError, Result};
+use crate::partition::PartitionState;
+use crate::reader::Reader;
+use crate::recovery::recover_partition;
+use crate::segment::sync_dir;
+use crate::stats::LogStats;
+use crate::writer::{self, CommitListener, Shared};
+
+/// Name of the lock file that keeps two processes from writing one log directory.
+const LOCK_FILE_NAME: &str = "LOCK";
+
+/// An open ingest log. Share it between threads with `Arc<Log>`; every method takes `&self`.
+///
+/// Dropping the log stops the writer after it has committed everything already queued;
+/// [`Log::close`] does the same and reports a poisoned log as an error.
+pub struct Log {
+    shared: Arc<Shared>,
+    writer: Option<JoinHandle<()>>,
+    /// Held (with an exclusive `flock`) for the log's lifetime.
+    _lock_file: File,
+}
+
+impl Log {
+    /// Opens (creating if needed) the log in `config.dir`, recovers every partition and starts the
+    /// writer thread.
+    pub fn open(config: LogConfig) -> Result<Self> {
+        Self::open_inner(config, None)
+    }
+
+    /// Like [`Log::open`], with a listener the writer thread calls after every group commit with
+    /// the new durable sequence number (see [`CommitListener`]).
+    pub fn open_with_listener(config: LogConfig, listener: CommitListener) -> Result<Self> {
+        Self::open_inner(config, Some(listener))
+    }
+
+    fn open_inner(config: LogConfig, listener: Option<CommitListener>) -> Result<Self> {
+        config.validate()?;
+        let dir = config.dir.clone();
+        std::fs::create_dir_all(&dir).map_err(|e| LogError::io(&dir, e))?;
+        let lock_path = dir.join(LOCK_FILE_NAME);
+        let lock_file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| LogError::io(&lock_path, e))?;
+        match lock_file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Err(LogError::Locked { path: dir }),
+            Err(std::fs::TryLockError::Error(e)) => return Err(LogError::io(lock_path, e)),
+        }
+        check_no_extra_partitions(&config)?;
+
+        let mut partitions = Vec::with_capacity(config.partition_count as usize);
+        let mut actives = Vec::with_capacity(config.partition_count as usize);
+        for index in 0..config.partition_count {
+            let partition_dir = dir.join(format!("p{index}"));
+            std::fs::create_dir_all(&partition_dir).map_err(|e| LogError::io(&partition_dir, e))?;
+            let recovered = recover_partition(index, &partition_dir)?;
+            let end = recovered.active.end_offset();
+            partitions.push(PartitionState::new(
+                partition_dir,
+                recovered.segments,
+                end,
+                recovered.checkpoint,
+            ));
+            actives.push(recovered.active);
+        }
+        // The partition directories' own entries must survive a crash too.
+        sync_dir(&dir).map_err(|e| LogError::io(&dir, e))?;
+
+        let shared = Arc::new(Shared::new(config, partitions, listener));
+        let writer_shared = Arc::clone(&shared);
+        let writer = std::thread::Builder::new()
+            .name("fleetwire-log-writer".to_string())
+            .spawn(move || writer::run(writer_shared, actives))
+            .map_err(|e| LogError::io(&dir, e))?;
+        Ok(Self {
+            shared,
+            writer: Some(writer),
+            _lock_file: lock_file,
+        })
+    }
+
+    /// The configuration the log was opened with.
+    pub fn config(&self) -> &LogConfig {
+        &self.shared.config
+    }
+
+    /// Appends one record to `partition` and returns its sequence number. Returns as soon as the
+    /// record is queued; it blocks only while the queue is full. The record is durable once
+    /// `durable_seq() >= seq`.
+    pub fn append(&self, partition: u32, payload: &[u8]) -> Result<u64> {
+        self.shared.append(partition, payload)
+    }
+
+    /// Appends records, each to its own partition, and returns the last one's sequence number
+    /// (all of them are durable once it is). Every record is validated before any is queued.
+    /// An empty batch returns the last sequence number handed out so far.
+    pub fn append_batch<P: AsRef<[u8]>>(&self, records: &[(u32, P)]) -> Result<u64> {
+        self.shared.append_batch(records)
+    }
+
+    /// The highest sequence number such that it and every lower one are durable. 0 until the
+    /// first commit of this process; sequence numbers restart at 1 on every open.
+    pub fn durable_seq(&self) -> u64 {
+        self.shared.durable_seq()
+    }
+
+    /// Blocks until `seq` is durable. Fails with `Timeout` or `Poisoned`.
+    pub fn wait_durable(&self, seq: u64, timeout: Duration) -> Result<()> {
+        self.shared.wait_durable(seq, timeout)
+    }
+
+    /// Whether a write or fsync failure has poisoned the log.
+    pub fn is_poisoned(&self) -> bool {
+        self.shared
+            .poisoned
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// A reader of `partition`'s durable records starting at `from_offset`, which must be a record
+    /// boundary (a checkpoint, a record's offset or `next_offset`) within the retained range.
+    pub fn reader(&self, partition: u32, from_offset: u64) -> Result<Reader> {
+        let state = self.shared.partition(partition)?;
+        let first = state.first_offset();
+        let end = state.durable_end();
+        if from_offset < first || from_offset > end {
+            return Err(LogError::OffsetOutOfRange {
+                partition,
+                offset: from_offset,
+                first,
+                end,
+            });
+        }
+        Ok(Reader::new(
+            Arc::clone(&self.shared),
+            partition,
+            from_offset,
+        ))
+    }
+
+    /// Blocks until `partition` has durable data at or beyond `offset` (the durable end is past
+    /// it) or `timeout` passes, without spinning. Returns the durable end offset; it is still
+    /// `<= offset` on timeout. Fails with `Poisoned` only when no more data can ever come.
+    pub fn wait_for_data(&self, partition: u32, offset: u64, timeout: Duration) -> Result<u64> {
+        let state = self.shared.partition(partition)?;
+        let end = state.wait_for_data(offset, Instant::now() + timeout, &self.shared.poisoned);
+        if end <= offset && self.is_poisoned() {
+            return Err(self.shared.poisoned_error());
+        }
+        Ok(end)
+    }
+
+    /// End offset of `partition`'s durable records: where the next reader call stops.
+    pub fn end_offset(&self, partition: u32) -> Result<u64> {
+        Ok(self.shared.partition(partition)?.durable_end())
+    }
+
+    /// Durably records that everything in `partition` before `offset` is persisted downstream,
+    /// then deletes the segments that lie entirely below it. `offset` must be a record boundary
+    /// (a `next_offset`), at most the durable end, and not below the current checkpoint.
+    pub fn checkpoint(&self, partition: u32, offset: u64) -> Result<()> {
+        let state = self.shared.partition(partition)?;
+        let mut current = state.checkpoint.lock();
+        let end = state.durable_end();
+        if offset > end {
+            return Err(LogError::OffsetOutOfRange {
+                partition,
+                offset,
+                first: state.first_offset(),
+                end,
+            });
+        }
+        if offset < *current {
+            return Err(LogError::CheckpointBackwards {
+                partition,
+                current: *current,
+                requested: offset,
+            });
+        }
+        if offset == *current {
+            return Ok(());
+        }
+        write_checkpoint(&state.dir, offset)?;
+        *current = offset;
+        let mut segments = state.segments.write();
+        let deleted = reclaim_segments(&state.dir, &mut segments, offset)?;
+        if deleted > 0 {
+            tracing::debug!(partition, offset, deleted, "reclaimed ingest log segments");
+        }
+        Ok(())
+    }
+
+    /// The partition's current checkpoint (0 if none was ever written).
+    pub fn checkpoint_of(&self, partition: u32) -> Result<u64> {
+        Ok(*self.shared.partition(partition)?.checkpoint.lock())
+    }
+
+    /// Durable bytes not yet checkpointed: how far the consumer is behind.
+    pub fn lag_bytes(&self, partition: u32) -> Result<u64> {
+        let state = self.shared.partition(partition)?;
+        let checkpoint = *state.checkpoint.lock();
+        Ok(state.durable_end().saturating_sub(checkpoint))
+    }
+
+    /// Bytes of segment files across all partitions (checkpoint and lock files not counted).
+    pub fn disk_bytes(&self) -> u64 {
+        self.shared
+            .partitions
+            .iter()
+            .map(PartitionState::disk_bytes)
+            .sum()
+    }
+
+    /// Counters since open.
+    pub fn stats(&self) -> LogStats {
+        self.shared.stats()
+    }
+
+    /// Commits everything queued, stops the writer and closes the files. Fails if the log is (or
+    /// became, during this final commit) poisoned.
+    pub fn close(mut self) -> Result<()> {
+        self.stop_writer();
+        if self.is_poisoned() {
+            return Err(self.shared.poisoned_error());
+        }
+        Ok(())
+    }
+
+    fn stop_writer(&mut self) {
+        if let Some(writer) = self.writer.take() {
+            self.shared.stop();
+            if writer.join().is_err() {
+                tracing::error!("ingest log writer thread panicked");
+            }
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn inject_fault(&self, fault: writer::Fault) {
+        *self.shared.fault.lock() = Some(fault);
+    }
+}
+
+impl Drop for Log {
+    fn drop(&mut self) {
+        self.stop_writer();
+    }
+}
+
+impl std::fmt::Debug for Log {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Log")
+            .field("dir", &self.shared.config.dir)
+            .field("durable_seq", &self.durable_seq())
+            .field("poisoned", &self.is_poisoned())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Refuses a directory holding more partitions than configured: their records would never be
+/// read. Growing the count is allowed (new partitions start empty) with a warning, because a
+/// device hashed to a new partition may have older unconsumed records in its old one, so the
+/// processors may see its records out of order once.
+fn check_no_extra_partitions(config: &LogConfig) -> Result<()> {
+    let entries = std::fs::read_dir(&config.dir).map_err(|e| LogError::io(&config.dir, e))?;
+    let mut existing = 0u32;
+    for entry in entries {
+        let entry = entry.map_err(|e| LogError::io(&config.dir, e))?;
+        let name = entry.file_name();
+        let Some(index) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix('p'))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if index >= config.partition_count {
+            return Err(LogError::Config {
+                reason: format!(
+                    "{} holds partition p{index} but partition_count is {}; \
+                     an existing log's partition count cannot shrink",
+                    config.dir.display(),
+                    config.partition_count
+                ),
+            });
+        }
+        existing += 1;
+    }
+    if existing > 0 && existing < config.partition_count {
+        tracing::warn!(
+            existing,
+            partition_count = config.partition_count,
+            "growing the ingest log's partition count; devices may move between partitions"
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::writer::Fault;
+
+    const TIMEOUT: Duration = Duration::from_secs(10);
+
+    fn config(dir: &std::path::Path) -> LogConfig {
+        let mut config = LogConfig::new(dir);
+        config.partition_count = 2;
+        config
+    }
+
+    fn read_all(log: &Log, partition: u32) -> Vec<Vec<u8>> {
+        let mut reader = log
+            .reader(partition, log.checkpoint_of(partition).unwrap())
+            .unwrap();
+        let mut records = Vec::new();
+        while let Some(record) = reader.next_record().unwrap() {
+            records.push(record.payload.to_vec());
+        }
+        records
+    }
+
+    /// Shared body of the two poisoning tests: the fault hits the second commit.
+    fn poisoned_by(fault: Fault) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let seen_by_listener = Arc::clone(&seen);
+        let log = Log::open_with_listener(
+            config(dir.path()),
+            Box::new(move |seq| seen_by_listener.lock().push(seq)),
+        )
+        .unwrap();
+        let first = log.append(0, b"durable").unwrap();
+        log.wait_durable(first, TIMEOUT).unwrap();
+
+        log.inject_fault(fault);
+        let second = log
+            .append_batch(&[(0, b"lost".as_slice()), (1, b"lost too")])
+            .unwrap();
+        let err = log.wait_durable(second, TIMEOUT).unwrap_err();
+        assert!(matches!(err, LogError::Poisoned { .. }), "{err}");
+        assert!(log.is_poisoned());
+        assert_eq!(
+            log.durable_seq(),
+            first,
+            "durable seq must not pass the failed batch"
+        );
+        assert_eq!(
+            log.end_offset(0).unwrap(),
+            8 + 7,
+            "readers must not see the failed batch"
+        );
+        assert_eq!(read_all(&log, 0), vec![b"durable".to_vec()]);
+
+        let err = log.append(1, b"after").unwrap_err();
+        assert!(matches!(err, LogError::Poisoned { .. }), "{err}");
+        let err = log
+            .wait_for_data(0, 15, Duration::from_millis(10))
+            .unwrap_err();
+        assert!(matches!(err, LogError::Poisoned { .. }), "{err}");
+        assert!(matches!(log.close(), Err(LogError::Poisoned { .. })));
+        // The listener heard about the good commit and was woken once more by the poisoning
+        // (checked after close, which joins the writer: the poisoning wakes waiters first).
+        assert_eq!(*seen.lock(), vec![first, first]);
+        dir
+    }
+
+    #[test]
+    fn write_failure_poisons_and_reopen_truncates_the_torn_write() {
+        let dir = poisoned_by(Fault::Write);
+        let log = Log::open(config(dir.path())).unwrap();
+        assert_eq!(read_all(&log, 0), vec![b"durable".to_vec()]);
+        assert!(read_all(&log, 1).is_empty());
+        let seq = log.append(0, b"again").unwrap();
+        log.wait_durable(seq, TIMEOUT).unwrap();
+        assert_eq!(
+            read_all(&log, 0),
+            vec![b"durable".to_vec(), b"again".to_vec()]
+        );
+    }
+
+    #[test]
+    fn fsync_failure_poisons_and_never_retries() {
+        let dir = poisoned_by(Fault::Sync);
+        // The unsynced batch is still in the page cache, so recovery may keep it; what matters
+        // is that the durable record is there and first.
+        let log = Log::open(config(dir.path())).unwrap();
+        let records = read_all(&log, 0);
+        assert_eq!(records[0], b"durable".to_vec());
+        assert!(records.len() <= 2);
+    }
+
+    #[test]
+    fn invalid_records_reject_the_whole_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = config(dir.path());
+        config.record_bytes_max = 10;
+        let log = Log::open(config).unwrap();
+        let err = log
+            .append_batch(&[(0, b"ok".as_slice()), (0, b"far too long")])
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LogError::RecordTooLarge {
+                    len_bytes: 12,
+                    max_bytes: 10
+                }
+            ),
+            "{err}"
+        );
+        let err = log
+            .append_batch(&[(0, b"ok".as_slice()), (2, b"ok")])
+            .unwrap_err();
+        assert!(
+            matches!(err, LogError::PartitionOutOfRange { partition: 2, .. }),
+            "{err}"
+        );
+        assert_eq!(log.stats().appends, 0);
+        assert_eq!(log.append_batch::<&[u8]>(&[]).unwrap(), 0);
+        let seq = log.append(0, b"ok").unwrap();
+        assert_eq!(seq, 1);
+    }
+
+    #[test]
+    fn a_panicking_listener_does_not_stop_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open_with_listener(config(dir.path()), Box::new(|_| panic!("listener bug"))).unwrap();
+        for payload in [b"one", b"two"] {
+            let seq = log.append(1, payload).unwrap();
+            log.wait_durable(seq, TIMEOUT).unwrap();
+        }
+        assert!(!log.is_poisoned());
+        assert_eq!(read_all(&log, 1), vec![b"one".to_vec(), b"two".to_vec()]);
+    }
+}

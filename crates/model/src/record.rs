@@ -1,0 +1,575 @@
+//! The records of the ingest log and their compact binary encoding.
+//!
+//! The transport appends one record per accepted device message; processors decode them, possibly
+//! after a crash, from bytes that the log has already framed and checksummed. The byte layout is
+//! documented in `docs/format/record.md`: a version byte, a kind byte, the entity id, then LEB128
+//! varints for counts and lengths, zig-zag varints for timestamps and longs, little-endian `f64`s and
+//! length-prefixed UTF-8. Encoding appends to a caller's buffer and allocates nothing else; decoding
+//! checks every length against the bytes left, so garbage yields a [`RecordError`], never a panic or
+//! a huge allocation.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::value::{Kv, TsRecord, Value};
+
+/// The layout version written in the first byte.
+pub const RECORD_VERSION: u8 = 1;
+
+const KIND_TELEMETRY: u8 = 1;
+const KIND_ATTRIBUTES: u8 = 2;
+
+const TYPE_BOOLEAN: u8 = 0;
+const TYPE_LONG: u8 = 1;
+const TYPE_DOUBLE: u8 = 2;
+const TYPE_STRING: u8 = 3;
+const TYPE_JSON: u8 = 4;
+
+/// The longest LEB128 encoding of a `u64`.
+const VARINT_BYTES_MAX: usize = 10;
+
+/// Attribute scopes, with ThingsBoard's names and our one-byte codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AttributeScope {
+    /// Reported by the device.
+    Client,
+    /// Set by the platform, never shown to the device.
+    Server,
+    /// Set by the platform, pushed to the device.
+    Shared,
+}
+
+impl AttributeScope {
+    pub const ALL: [AttributeScope; 3] = [
+        AttributeScope::Client,
+        AttributeScope::Server,
+        AttributeScope::Shared,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttributeScope::Client => "CLIENT_SCOPE",
+            AttributeScope::Server => "SERVER_SCOPE",
+            AttributeScope::Shared => "SHARED_SCOPE",
+        }
+    }
+
+    /// The byte stored in records: CLIENT=0, SERVER=1, SHARED=2.
+    pub fn code(self) -> u8 {
+        match self {
+            AttributeScope::Client => 0,
+            AttributeScope::Server => 1,
+            AttributeScope::Shared => 2,
+        }
+    }
+
+    pub fn from_code(code: u8) -> Option<AttributeScope> {
+        AttributeScope::ALL.get(usize::from(code)).copied()
+    }
+}
+
+impl FromStr for AttributeScope {
+    type Err = RecordError;
+
+    /// Parses ThingsBoard's name (`CLIENT_SCOPE`, ...), exactly as ThingsBoard spells it.
+    fn from_str(name: &str) -> Result<AttributeScope, RecordError> {
+        AttributeScope::ALL
+            .into_iter()
+            .find(|scope| scope.as_str() == name)
+            .ok_or_else(|| RecordError::ScopeName(name.to_owned()))
+    }
+}
+
+impl fmt::Display for AttributeScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One accepted device message, as stored in the ingest log.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    /// Telemetry of one device: one or more timestamped groups.
+    Telemetry {
+        entity: u128,
+        records: Vec<TsRecord>,
+    },
+    /// Attributes of one device for a scope, with the time they were saved (epoch milliseconds).
+    Attributes {
+        entity: u128,
+        scope: AttributeScope,
+        ts: i64,
+        kvs: Vec<Kv>,
+    },
+}
+
+/// Why bytes could not be decoded as a record (or a scope name not parsed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    #[error("record truncated at byte {offset}")]
+    Truncated { offset: usize },
+    #[error("unsupported record version {0}")]
+    Version(u8),
+    #[error("unknown record kind {0}")]
+    Kind(u8),
+    #[error("unknown attribute scope {0}")]
+    Scope(u8),
+    #[error("unknown value type {value_type} at byte {offset}")]
+    ValueType { value_type: u8, offset: usize },
+    #[error("invalid boolean byte {value} at byte {offset}")]
+    Bool { value: u8, offset: usize },
+    #[error("malformed varint at byte {offset}")]
+    Varint { offset: usize },
+    #[error("string at byte {offset} is not valid UTF-8")]
+    Utf8 { offset: usize },
+    #[error("{count} unexpected bytes after the record")]
+    TrailingBytes { count: usize },
+    #[error("unknown attribute scope {0:?}")]
+    ScopeName(String),
+}
+
+impl Record {
+    pub fn entity(&self) -> u128 {
+        match self {
+            Record::Telemetry { entity, .. } | Record::Attributes { entity, .. } => *entity,
+        }
+    }
+
+    /// The number of key/value entries in the record.
+    pub fn data_point_count(&self) -> usize {
+        match self {
+            Record::Telemetry { records, .. } => {
+                records.iter().map(TsRecord::data_point_count).sum()
+            }
+            Record::Attributes { kvs, .. } => kvs.len(),
+        }
+    }
+
+    /// Appends the encoding of the record to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Record::Telemetry { entity, records } => encode_telemetry(*entity, records, out),
+            Record::Attributes {
+                entity,
+                scope,
+                ts,
+                kvs,
+            } => encode_attributes(*entity, *scope, *ts, kvs, out),
+        }
+    }
+
+    /// The exact number of bytes [`Record::encode`] appends.
+    pub fn encoded_len(&self) -> usize {
+        match self {
+            Record::Telemetry { records, .. } => telemetry_len(records),
+            Record::Attributes { ts, kvs, .. } => attributes_len(*ts, kvs),
+        }
+    }
+
+    /// Decodes one record that fills `bytes` exactly.
+    pub fn decode(bytes: &[u8]) -> Result<Record, RecordError> {
+        let mut reader = Reader { bytes, pos: 0 };
+        let version = reader.u8()?;
+        if version != RECORD_VERSION {
+            return Err(RecordError::Version(version));
+        }
+        let kind = reader.u8()?;
+        let entity = u128::from_be_bytes(reader.array::<16>()?);
+        let record = match kind {
+            KIND_TELEMETRY => {
+                // Each group takes at least two bytes (ts and count).
+                let count = reader.count(2)?;
+                let mut records = Vec::with_capacity(count);
+                for _ in 0..count {
+                    let ts = reader.zigzag()?;
+                    let kvs = reader.kvs()?;
+                    records.push(TsRecord { ts, kvs });
+                }
+                Record::Telemetry { entity, records }
+            }
+            KIND_ATTRIBUTES => {
+                let code = reader.u8()?;
+                let scope = AttributeScope::from_code(code).ok_or(RecordError::Scope(code))?;
+                let ts = reader.zigzag()?;
+                let kvs = reader.kvs()?;
+                Record::Attributes {
+                    entity,
+                    scope,
+                    ts,
+                    kvs,
+                }
+            }
+            other => return Err(RecordError::Kind(other)),
+        };
+        match bytes.len() - reader.pos {
+            0 => Ok(record),
+            count => Err(RecordError::TrailingBytes { count }),
+        }
+    }
+}
+
+/// Appends a telemetry record straight from parsed groups, without building a [`Record`].
+pub fn encode_telemetry(entity: u128, records: &[TsRecord], out: &mut Vec<u8>) {
+    out.reserve(telemetry_len(records));
+    write_header(KIND_TELEMETRY, entity, out);
+    write_varint(records.len() as u64, out);
+    for record in records {
+        write_varint(zigzag(record.ts), out);
+        write_kvs(&record.kvs, out);
+    }
+}
+
+/// Appends an attributes record straight from parsed entries, without building a [`Record`].
+pub fn encode_attributes(
+    entity: u128,
+    scope: AttributeScope,
+    ts: i64,
+    kvs: &[Kv],
+    out: &mut Vec<u8>,
+) {
+    out.reserve(attributes_len(ts, kvs));
+    write_header(KIND_ATTRIBUTES, entity, out);
+    out.push(scope.code());
+    write_varint(zigzag(ts), out);
+    write_kvs(kvs, out);
+}
+
+const HEADER_LEN: usize = 2 + 16;
+
+fn telemetry_len(records: &[TsRecord]) -> usize {
+    HEADER_LEN
+        + varint_len(records.len() as u64)
+        + records
+            .iter()
+            .map(|r| varint_len(zigzag(r.ts)) + kvs_len(&r.kvs))
+            .sum::<usize>()
+}
+
+fn attributes_len(ts: i64, kvs: &[Kv]) -> usize {
+    HEADER_LEN + 1 + varint_len(zigzag(ts)) + kvs_len(kvs)
+}
+
+fn kvs_len(kvs: &[Kv]) -> usize {
+    varint_len(kvs.len() as u64)
+        + kvs
+            .iter()
+            .map(|kv| {
+                let value_len = match &kv.value {
+                    Value::Bool(_) => 1,
+                    Value::Long(v) => varint_len(zigzag(*v)),
+                    Value::Double(_) => 8,
+                    Value::Str(s) | Value::Json(s) => str_len(s),
+                };
+                str_len(&kv.key) + 1 + value_len
+            })
+            .sum::<usize>()
+}
+
+fn str_len(s: &str) -> usize {
+    varint_len(s.len() as u64) + s.len()
+}
+
+fn write_header(kind: u8, entity: u128, out: &mut Vec<u8>) {
+    out.push(RECORD_VERSION);
+    out.push(kind);
+    // Big-endian, so the bytes are the UUID's own byte order (`Uuid::from_u128`).
+    out.extend_from_slice(&entity.to_be_bytes());
+}
+
+fn write_kvs(kvs: &[Kv], out: &mut Vec<u8>) {
+    write_varint(kvs.len() as u64, out);
+    for kv in kvs {
+        write_str(&kv.key, out);
+        match &kv.value {
+            Value::Bool(b) => {
+                out.push(TYPE_BOOLEAN);
+                out.push(u8::from(*b));
+            }
+            Value::Long(v) => {
+                out.push(TYPE_LONG);
+                write_varint(zigzag(*v), out);
+            }
+            Value::Double(v) => {
+                out.push(TYPE_DOUBLE);
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            Value::Str(s) => {
+                out.push(TYPE_STRING);
+                write_str(s, out);
+            }
+            Value::Json(s) => {
+                out.push(TYPE_JSON);
+                write_str(s, out);
+            }
+        }
+    }
+}
+
+fn write_str(s: &str, out: &mut Vec<u8>) {
+    write_varint(s.len() as u64, out);
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn write_varint(mut v: u64, out: &mut Vec<u8>) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn varint_len(v: u64) -> usize {
+    let bits = 64 - (v | 1).leading_zeros() as usize;
+    bits.div_ceil(7)
+}
+
+/// Small magnitudes of either sign take few varint bytes.
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    (v >> 1) as i64 ^ -((v & 1) as i64)
+}
+
+/// A cursor over a record's bytes; every read checks the bytes left.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl Reader<'_> {
+    fn truncated(&self) -> RecordError {
+        RecordError::Truncated {
+            offset: self.bytes.len(),
+        }
+    }
+
+    fn u8(&mut self) -> Result<u8, RecordError> {
+        let b = *self.bytes.get(self.pos).ok_or_else(|| self.truncated())?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    fn slice(&mut self, len: usize) -> Result<&[u8], RecordError> {
+        let end = self
+            .pos
+            .checked_add(len)
+            .filter(|&end| end <= self.bytes.len())
+            .ok_or_else(|| self.truncated())?;
+        let slice = &self.bytes[self.pos..end];
+        self.pos = end;
+        Ok(slice)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], RecordError> {
+        let mut array = [0; N];
+        array.copy_from_slice(self.slice(N)?);
+        Ok(array)
+    }
+
+    fn varint(&mut self) -> Result<u64, RecordError> {
+        let start = self.pos;
+        let mut value: u64 = 0;
+        for index in 0..VARINT_BYTES_MAX {
+            let b = self.u8()?;
+            // The tenth byte holds only the top bit of a u64.
+            if index == VARINT_BYTES_MAX - 1 && b > 1 {
+                return Err(RecordError::Varint { offset: start });
+            }
+            value |= u64::from(b & 0x7f) << (7 * index);
+            if b & 0x80 == 0 {
+                // A zero final byte means padding (`0x80 0x00` for 0): refusing it keeps the
+                // encoding canonical, so decoding and re-encoding give back the same bytes.
+                if b == 0 && index > 0 {
+                    return Err(RecordError::Varint { offset: start });
+                }
+                return Ok(value);
+            }
+        }
+        Err(RecordError::Varint { offset: start })
+    }
+
+    fn zigzag(&mut self) -> Result<i64, RecordError> {
+        self.varint().map(unzigzag)
+    }
+
+    /// A count of items that take at least `item_bytes_min` bytes each; refusing counts the bytes
+    /// left cannot hold keeps garbage from reserving gigabytes.
+    fn count(&mut self, item_bytes_min: usize) -> Result<usize, RecordError> {
+        let count = self.varint()?;
+        let left = self.bytes.len() - self.pos;
+        match usize::try_from(count) {
+            Ok(count) if count <= left / item_bytes_min => Ok(count),
+            _ => Err(self.truncated()),
+        }
+    }
+
+    fn string(&mut self) -> Result<String, RecordError> {
+        let len = self.count(1)?;
+        let offset = self.pos;
+        let bytes = self.slice(len)?;
+        match std::str::from_utf8(bytes) {
+            Ok(s) => Ok(s.to_owned()),
+            Err(_) => Err(RecordError::Utf8 { offset }),
+        }
+    }
+
+    fn kvs(&mut self) -> Result<Vec<Kv>, RecordError> {
+        // Each entry takes at least three bytes (key length, type, value).
+        let count = self.count(3)?;
+        let mut kvs = Vec::with_capacity(count);
+        for _ in 0..count {
+            let key = self.string()?;
+            let offset = self.pos;
+            let value = match self.u8()? {
+                TYPE_BOOLEAN => match self.u8()? {
+                    0 => Value::Bool(false),
+                    1 => Value::Bool(true),
+                    value => {
+                        return Err(RecordError::Bool {
+                            value,
+                            offset: offset + 1,
+                        })
+                    }
+                },
+                TYPE_LONG => Value::Long(self.zigzag()?),
+                TYPE_DOUBLE => Value::Double(f64::from_le_bytes(self.array::<8>()?)),
+                TYPE_STRING => Value::Str(self.string()?),
+                TYPE_JSON => Value::Json(self.string()?),
+                value_type => return Err(RecordError::ValueType { value_type, offset }),
+            };
+            kvs.push(Kv { key, value });
+        }
+        Ok(kvs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encoded(record: &Record) -> Vec<u8> {
+        let mut out = Vec::new();
+        record.encode(&mut out);
+        assert_eq!(out.len(), record.encoded_len());
+        out
+    }
+
+    fn kv(key: &str, value: Value) -> Kv {
+        Kv {
+            key: key.to_owned(),
+            value,
+        }
+    }
+
+    #[test]
+    fn varints_cover_the_extremes() {
+        for v in [0, 1, 127, 128, 16_383, 16_384, u64::MAX / 2, u64::MAX] {
+            let mut out = Vec::new();
+            write_varint(v, &mut out);
+            assert_eq!(out.len(), varint_len(v), "length of {v}");
+            let mut reader = Reader {
+                bytes: &out,
+                pos: 0,
+            };
+            assert_eq!(reader.varint(), Ok(v));
+        }
+        for v in [0, -1, 1, i64::MIN, i64::MAX] {
+            assert_eq!(unzigzag(zigzag(v)), v);
+        }
+        let overlong = [0xff; 11];
+        assert_eq!(
+            Reader {
+                bytes: &overlong,
+                pos: 0
+            }
+            .varint(),
+            Err(RecordError::Varint { offset: 0 })
+        );
+        let too_big = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02];
+        assert_eq!(
+            Reader {
+                bytes: &too_big,
+                pos: 0
+            }
+            .varint(),
+            Err(RecordError::Varint { offset: 0 })
+        );
+        let padded = [0x80, 0x00];
+        assert_eq!(
+            Reader {
+                bytes: &padded,
+                pos: 0
+            }
+            .varint(),
+            Err(RecordError::Varint { offset: 0 })
+        );
+    }
+
+    #[test]
+    fn garbage_is_refused_with_a_reason() {
+        let good = encoded(&Record::Attributes {
+            entity: 7,
+            scope: AttributeScope::Client,
+            ts: 5,
+            kvs: vec![kv("k", Value::Bool(false))],
+        });
+        assert_eq!(
+            Record::decode(&[]),
+            Err(RecordError::Truncated { offset: 0 })
+        );
+        assert_eq!(Record::decode(&[9]), Err(RecordError::Version(9)));
+        let mut bad_kind = good.clone();
+        bad_kind[1] = 7;
+        assert_eq!(Record::decode(&bad_kind), Err(RecordError::Kind(7)));
+        let mut bad_scope = good.clone();
+        bad_scope[18] = 3;
+        assert_eq!(Record::decode(&bad_scope), Err(RecordError::Scope(3)));
+        let mut bad_bool = good.clone();
+        *bad_bool.last_mut().unwrap() = 2;
+        assert!(matches!(
+            Record::decode(&bad_bool),
+            Err(RecordError::Bool { value: 2, .. })
+        ));
+        let mut trailing = good.clone();
+        trailing.push(0);
+        assert_eq!(
+            Record::decode(&trailing),
+            Err(RecordError::TrailingBytes { count: 1 })
+        );
+        for len in 0..good.len() {
+            assert!(
+                Record::decode(&good[..len]).is_err(),
+                "prefix of {len} bytes"
+            );
+        }
+        // A count that the remaining bytes cannot hold is refused before anything is reserved.
+        let mut huge_count = good[..20].to_vec();
+        huge_count.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
+        assert!(matches!(
+            Record::decode(&huge_count),
+            Err(RecordError::Truncated { .. })
+        ));
+        let mut bad_utf8 = good[..21].to_vec();
+        bad_utf8.extend_from_slice(&[1, 0xff, TYPE_BOOLEAN, 0]);
+        assert_eq!(
+            Record::decode(&bad_utf8),
+            Err(RecordError::Utf8 { offset: 22 })
+        );
+    }
+
+    #[test]
+    fn scopes_use_thingsboard_names() {
+        for scope in AttributeScope::ALL {
+            assert_eq!(scope.as_str().parse::<AttributeScope>(), Ok(scope));
+            assert_eq!(AttributeScope::from_code(scope.code()), Some(scope));
+        }
+        assert_eq!(AttributeScope::Shared.to_string(), "SHARED_SCOPE");
+        assert_eq!(
+            "client_scope".parse::<AttributeScope>(),
+            Err(RecordError::ScopeName("client_scope".to_owned()))
+        );
+        assert_eq!(AttributeScope::from_code(3), None);
+    }
+}

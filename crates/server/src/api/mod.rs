@@ -1,0 +1,94 @@
+//! The ThingsBoard-compatible REST API (reference sections 0 and 4) and the assembly of the whole HTTP app.
+//!
+//! - [`auth`]: login, refresh, current user, the [`auth::CurrentUser`] extractor; [`token`]: the JWTs.
+//! - [`devices`], [`credentials`], [`profiles`], [`dashboards`]: one resource each, with its JSON.
+//! - [`telemetry`]: telemetry and attribute endpoints (the lead's).
+//! - [`error`]: [`error::ApiError`], ThingsBoard's error body; [`extract`]: extractors that fail with it.
+//! - [`page`], [`json`]: page parameters and results, entity ids.
+//!
+//! Entity-store calls are blocking (a SQLite transaction, or argon2 at login), so handlers run them on
+//! tokio's blocking pool through [`blocking`]; async tasks never wait on the store's lock.
+
+pub mod auth;
+pub mod credentials;
+pub mod dashboards;
+pub mod devices;
+pub mod error;
+pub mod extract;
+pub mod json;
+pub mod page;
+pub mod profiles;
+pub mod telemetry;
+pub mod token;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::{Method, Uri};
+use axum::routing::get;
+use axum::{Json, Router};
+use fleetwire_entities::Entities;
+use serde_json::{json, Value};
+
+use crate::AppState;
+use error::ApiError;
+
+/// The whole HTTP app: REST API, telemetry endpoints, device HTTP API, health check, JSON 404s, and the
+/// request body limit of `http.body_bytes_max`.
+pub fn router(state: AppState) -> Router {
+    let body_bytes_max = state.config.http.body_bytes_max;
+    Router::new()
+        .route("/healthz", get(health))
+        .merge(auth::routes())
+        .merge(devices::routes())
+        .merge(credentials::routes())
+        .merge(profiles::routes())
+        .merge(dashboards::routes())
+        .merge(telemetry::routes())
+        .merge(crate::ingest::http::routes())
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(body_bytes_max))
+        .with_state(state)
+}
+
+async fn health() -> Json<Value> {
+    Json(json!({"status": "UP"}))
+}
+
+async fn not_found(uri: Uri) -> ApiError {
+    ApiError::not_found(format!("No static resource {}.", uri.path().trim_start_matches('/')))
+}
+
+async fn method_not_allowed(method: Method) -> ApiError {
+    ApiError::json(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        error::code::BAD_REQUEST_PARAMS,
+        format!("Request method '{method}' is not supported"),
+    )
+}
+
+/// Runs entity-store work on the blocking pool.
+pub(crate) async fn blocking<T, F>(state: &AppState, work: F) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(&Entities) -> Result<T, ApiError> + Send + 'static,
+{
+    let entities = state.entities.clone();
+    tokio::task::spawn_blocking(move || work(&entities))
+        .await
+        .map_err(|e| ApiError::internal(format!("entity store task failed: {e}")))?
+}
+
+/// `found` if it belongs to `tenant_id`; 404 with `not_found` if absent; 403 if another tenant's, as
+/// ThingsBoard answers for a foreign id.
+pub(crate) fn owned<T>(
+    found: Option<T>,
+    tenant_id: uuid::Uuid,
+    tenant_of: impl Fn(&T) -> uuid::Uuid,
+    not_found: impl FnOnce() -> String,
+) -> Result<T, ApiError> {
+    match found {
+        None => Err(ApiError::not_found(not_found())),
+        Some(entity) if tenant_of(&entity) != tenant_id => Err(ApiError::forbidden()),
+        Some(entity) => Ok(entity),
+    }
+}

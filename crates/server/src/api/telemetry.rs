@@ -1,0 +1,292 @@
+//! Telemetry REST endpoints (reference 4.6): `/api/plugins/telemetry/{entityType}/{entityId}/...`.
+//!
+//! Reads first wait for the device's processor to apply everything acknowledged before the request
+//! (read-your-writes), then read the time-series store: latest values from memory, ranged and aggregated
+//! queries from the head and the sealed chunks.
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use fleetwire_model::{parse_telemetry, Record, Value};
+use fleetwire_tsdb::{Agg, Order, Query};
+use serde_json::{Map, Value as JsonValue};
+use uuid::Uuid;
+
+use crate::api::auth::{Authority, CurrentUser};
+use crate::api::error::ApiError;
+use crate::ingest::now_ms;
+use crate::AppState;
+
+/// ThingsBoard's `DATABASE_TS_MAX_INTERVALS`: most buckets one aggregated query may ask for.
+const MAX_INTERVALS: i64 = 700;
+/// How long a read waits for the processor to catch up before answering with what it has.
+const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub fn routes() -> Router<AppState> {
+    let base = "/api/plugins/telemetry/{entity_type}/{entity_id}";
+    Router::new()
+        .route(&format!("{base}/keys/timeseries"), get(keys_timeseries))
+        .route(&format!("{base}/values/timeseries"), get(values_timeseries))
+        .route(&format!("{base}/values/timeseries/history"), get(values_timeseries_history))
+        .route(&format!("{base}/timeseries/{{scope}}"), post(save_timeseries))
+        .route(&format!("{base}/timeseries/{{scope}}/{{ttl}}"), post(save_timeseries_ttl))
+}
+
+/// Checks that the caller may read or write the entity's telemetry; returns the device id.
+async fn device_of(state: &AppState, user: &CurrentUser, entity_type: &str, entity_id: &str) -> Result<Uuid, ApiError> {
+    if user.authority == Authority::SysAdmin {
+        return Err(ApiError::forbidden());
+    }
+    if entity_type != "DEVICE" {
+        return Err(ApiError::bad_request(format!(
+            "Telemetry of entity type {entity_type} is not supported yet"
+        )));
+    }
+    let id = Uuid::parse_str(entity_id)
+        .map_err(|_| ApiError::bad_request(format!("Invalid UUID string: {entity_id}")))?;
+    match state.entities.device(user.tenant_id, id)? {
+        Some(_) => Ok(id),
+        None => Err(ApiError::not_found(format!("Device with id [{id}] is not found"))),
+    }
+}
+
+/// Query parameters of the telemetry reads. Keys come as `keys=a,b` or repeated `key=a&key=b`.
+#[derive(Default)]
+struct Params {
+    keys: Vec<String>,
+    start_ts: Option<i64>,
+    end_ts: Option<i64>,
+    interval: i64,
+    interval_type: Option<String>,
+    limit: usize,
+    agg: Agg,
+    order: Order,
+    strict: bool,
+}
+
+fn plain(message: impl Into<String>) -> ApiError {
+    ApiError::plain(StatusCode::BAD_REQUEST, message.into())
+}
+
+fn parse_params(query: Option<&str>) -> Result<Params, ApiError> {
+    let mut p = Params {
+        limit: 100,
+        agg: Agg::None,
+        order: Order::Desc,
+        ..Params::default()
+    };
+    let number = |name: &str, value: &str| -> Result<i64, ApiError> {
+        value
+            .trim()
+            .parse::<i64>()
+            .map_err(|_| plain(format!("Failed to convert value of type 'java.lang.String' to required type 'long' for parameter '{name}': \"{value}\"")))
+    };
+    for (name, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        match name.as_ref() {
+            "keys" | "key" => p.keys.extend(
+                value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|k| !k.is_empty())
+                    .map(String::from),
+            ),
+            "startTs" => p.start_ts = Some(number("startTs", &value)?),
+            "endTs" => p.end_ts = Some(number("endTs", &value)?),
+            "interval" => p.interval = number("interval", &value)?,
+            "intervalType" => p.interval_type = Some(value.into_owned()),
+            "limit" => p.limit = number("limit", &value)?.max(0) as usize,
+            "agg" => {
+                p.agg = match value.to_ascii_uppercase().as_str() {
+                    "NONE" => Agg::None,
+                    "AVG" => Agg::Avg,
+                    "MIN" => Agg::Min,
+                    "MAX" => Agg::Max,
+                    "SUM" => Agg::Sum,
+                    "COUNT" => Agg::Count,
+                    _ => return Err(plain(format!("No enum constant Aggregation.{value}"))),
+                }
+            }
+            "orderBy" => {
+                p.order = match value.to_ascii_uppercase().as_str() {
+                    "ASC" => Order::Asc,
+                    "DESC" => Order::Desc,
+                    _ => return Err(plain(format!("Unsupported orderBy value: {value}"))),
+                }
+            }
+            "useStrictDataTypes" => p.strict = value.eq_ignore_ascii_case("true"),
+            _ => {}
+        }
+    }
+    Ok(p)
+}
+
+/// Renders a value: a string unless strict types were asked for.
+fn render(value: &Value, strict: bool) -> JsonValue {
+    if strict {
+        value.to_json()
+    } else {
+        JsonValue::String(value.to_string())
+    }
+}
+
+async fn keys_timeseries(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path((entity_type, entity_id)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let device = device_of(&state, &user, &entity_type, &entity_id).await?;
+    state.ingest.caught_up(device, CATCH_UP_TIMEOUT).await;
+    let keys = state.ingest.tsdb().keys(device.as_u128());
+    Ok(Json(keys).into_response())
+}
+
+async fn values_timeseries(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path((entity_type, entity_id)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let device = device_of(&state, &user, &entity_type, &entity_id).await?;
+    let params = parse_params(query.as_deref())?;
+    state.ingest.caught_up(device, CATCH_UP_TIMEOUT).await;
+    if params.start_ts.is_none() && params.end_ts.is_none() {
+        return Ok(latest(&state, device, &params));
+    }
+    let mut params = params;
+    if params.keys.is_empty() {
+        // The legacy path reads every key when none is given.
+        params.keys = state.ingest.tsdb().keys(device.as_u128());
+    }
+    ranged(&state, device, &params)
+}
+
+async fn values_timeseries_history(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path((entity_type, entity_id)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let device = device_of(&state, &user, &entity_type, &entity_id).await?;
+    let params = parse_params(query.as_deref())?;
+    state.ingest.caught_up(device, CATCH_UP_TIMEOUT).await;
+    ranged(&state, device, &params)
+}
+
+fn latest(state: &AppState, device: Uuid, params: &Params) -> Response {
+    let keys: Vec<&str> = params.keys.iter().map(String::as_str).collect();
+    let mut body = Map::new();
+    for (key, ts, value) in state.ingest.tsdb().latest(device.as_u128(), &keys) {
+        let point = serde_json::json!([{ "ts": ts, "value": render(&value, params.strict) }]);
+        body.insert(key, point);
+    }
+    Json(JsonValue::Object(body)).into_response()
+}
+
+fn ranged(state: &AppState, device: Uuid, params: &Params) -> Result<Response, ApiError> {
+    let (Some(start_ts), Some(end_ts)) = (params.start_ts, params.end_ts) else {
+        return Err(plain("Required request parameter 'startTs' and 'endTs' must be present"));
+    };
+    if let Some(kind) = params.interval_type.as_deref() {
+        if !kind.eq_ignore_ascii_case("MILLISECONDS") {
+            return Err(plain(format!(
+                "intervalType {kind} is not supported yet; use MILLISECONDS"
+            )));
+        }
+    }
+    if params.agg != Agg::None {
+        if params.interval < 1 {
+            return Err(plain(format!(
+                "Invalid TsKvQuery: 'interval' must be greater than 0, but got {}. Please check your query parameters and ensure 'endTs' is greater than 'startTs' or increase 'interval'.",
+                params.interval
+            )));
+        }
+        let buckets = (end_ts - start_ts) / params.interval.max(1000);
+        if buckets > MAX_INTERVALS {
+            return Err(plain(format!(
+                "Incorrect TsKvQuery. Number of intervals is to high - {buckets}. Please increase 'interval' parameter for your query or reduce the time range of the query."
+            )));
+        }
+    }
+    let limit = params.limit.min(state.config.tsdb.query_points_max);
+    let query = Query {
+        start_ts,
+        end_ts,
+        interval_ms: params.interval,
+        agg: params.agg,
+        limit,
+        order: params.order,
+    };
+    let mut body = Map::new();
+    for key in &params.keys {
+        let points = state
+            .ingest
+            .tsdb()
+            .query(device.as_u128(), key, &query)
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        if points.is_empty() {
+            continue;
+        }
+        let rendered: Vec<JsonValue> = points
+            .iter()
+            .map(|(ts, value)| serde_json::json!({ "ts": ts, "value": render(value, params.strict) }))
+            .collect();
+        body.insert(key.clone(), JsonValue::Array(rendered));
+    }
+    Ok(Json(JsonValue::Object(body)).into_response())
+}
+
+async fn save_timeseries(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path((entity_type, entity_id, _scope)): Path<(String, String, String)>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    save(&state, &user, &entity_type, &entity_id, &body).await
+}
+
+async fn save_timeseries_ttl(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path((entity_type, entity_id, _scope, _ttl)): Path<(String, String, String, i64)>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    // Retention per write (ttl) comes with retention policies; the data is stored without expiry.
+    save(&state, &user, &entity_type, &entity_id, &body).await
+}
+
+async fn save(
+    state: &AppState,
+    user: &CurrentUser,
+    entity_type: &str,
+    entity_id: &str,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let device = device_of(state, user, entity_type, entity_id).await?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(plain("Request body is empty"));
+    }
+    let records = parse_telemetry(body, now_ms()).map_err(|e| plain(format!("Invalid timeseries payload: {e}")))?;
+    if records.iter().all(|r| r.kvs.is_empty()) {
+        return Err(plain("No timeseries data found in request body!"));
+    }
+    let record = Record::Telemetry {
+        entity: device.as_u128(),
+        records,
+    };
+    let mut scratch = Vec::new();
+    let seq = state
+        .ingest
+        .append_record(device, &record, &mut scratch)
+        .map_err(|e| ApiError::unavailable(e.to_string()))?;
+    state
+        .ingest
+        .durable(seq)
+        .await
+        .map_err(|e| ApiError::unavailable(e.to_string()))?;
+    Ok(StatusCode::OK.into_response())
+}

@@ -1,0 +1,370 @@
+//! The one typed configuration tree.
+//!
+//! `fleetwire.toml` at the repository root is the built-in default (compiled in with `include_str!`): a
+//! user's file only needs the keys it changes, because every struct here is `#[serde(default)]` and its
+//! `Default` is that file. A handful of environment variables override what deployments change.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The checked-in, fully commented default configuration.
+pub const DEFAULT_TOML: &str = include_str!("../../../fleetwire.toml");
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config {origin}: {message}")]
+    Parse { origin: String, message: String },
+    #[error("invalid value {value:?} for environment variable {var}: {reason}")]
+    Env {
+        var: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address every listener binds to.
+    pub bind: IpAddr,
+    /// Where the embedded stores live.
+    pub data_dir: PathBuf,
+    pub mqtt: MqttConfig,
+    pub http: HttpConfig,
+    pub auth: AuthConfig,
+    pub bootstrap: BootstrapConfig,
+    pub log: LogConfig,
+    pub tsdb: TsdbConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MqttConfig {
+    /// MQTT listener port.
+    pub port: u16,
+    /// Largest MQTT packet accepted, in bytes.
+    pub packet_bytes_max: usize,
+    /// Most simultaneous MQTT connections.
+    pub connections_max: usize,
+    /// Most QoS 1 messages from one client awaiting their PUBACK.
+    pub inflight_max: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    /// HTTP listener port (REST and device HTTP API).
+    pub port: u16,
+    /// Largest request body accepted, in bytes.
+    pub body_bytes_max: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// HS512 secret for JWTs; empty = generated on first start and kept in the data dir.
+    pub jwt_secret: String,
+    /// Access token lifetime, seconds.
+    pub access_token_ttl_s: u64,
+    /// Refresh token lifetime, seconds.
+    pub refresh_token_ttl_s: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BootstrapConfig {
+    /// Email of the system administrator created on first start.
+    pub sysadmin_email: String,
+    /// Email of the tenant administrator created on first start.
+    pub tenant_admin_email: String,
+    /// Initial sysadmin password; empty = generated and printed once.
+    pub sysadmin_password: String,
+    /// Initial tenant admin password; empty = generated and printed once.
+    pub tenant_admin_password: String,
+    /// Create ThingsBoard's demo accounts and a demo device.
+    pub demo: bool,
+}
+
+/// How far an acknowledged record has gone before the acknowledgement is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// fdatasync'd to disk.
+    Fsync,
+    /// Written to the OS page cache only.
+    Os,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// Number of ingest-log partitions (one processor each).
+    pub partitions: u16,
+    /// Whether acknowledgements wait for fsync.
+    pub durability: Durability,
+    /// Segment size at which a new segment file starts.
+    pub segment_bytes_max: u64,
+    /// Longest wait for more records before a group commit.
+    pub group_commit_max_delay_us: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TsdbConfig {
+    /// Points per series held in memory before sealing into a chunk.
+    pub chunk_points_max: usize,
+    /// Age at which an in-memory head is sealed regardless of its size.
+    pub head_age_max_s: u64,
+    /// Most points one query returns per key.
+    pub query_points_max: usize,
+}
+
+/// Parses a TOML document into a config, naming `origin` in errors.
+fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+    toml::from_str(text).map_err(|e| ConfigError::Parse {
+        origin: origin.to_string(),
+        message: e.to_string(),
+    })
+}
+
+fn builtin() -> Config {
+    // The built-in file is checked by the `builtin_file_equals_defaults` test; a failure here is a build defect.
+    parse(DEFAULT_TOML, "fleetwire.toml (built in)").expect("built-in fleetwire.toml is valid")
+}
+
+// The defaults below are the values written in fleetwire.toml; the `builtin_file_equals_defaults` test keeps
+// the two in step, so a partial user file and the built-in file agree.
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            bind: IpAddr::from([0, 0, 0, 0]),
+            data_dir: PathBuf::from("./data"),
+            mqtt: MqttConfig::default(),
+            http: HttpConfig::default(),
+            auth: AuthConfig::default(),
+            bootstrap: BootstrapConfig::default(),
+            log: LogConfig::default(),
+            tsdb: TsdbConfig::default(),
+        }
+    }
+}
+
+impl Default for MqttConfig {
+    fn default() -> Self {
+        MqttConfig {
+            port: 1883,
+            packet_bytes_max: 65536,
+            connections_max: 19000,
+            inflight_max: 100,
+        }
+    }
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            port: 8080,
+            body_bytes_max: 50 << 20,
+        }
+    }
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            jwt_secret: String::new(),
+            access_token_ttl_s: 9000,
+            refresh_token_ttl_s: 604800,
+        }
+    }
+}
+
+impl Default for BootstrapConfig {
+    fn default() -> Self {
+        BootstrapConfig {
+            sysadmin_email: "sysadmin@fleetwire.local".into(),
+            tenant_admin_email: "tenant@fleetwire.local".into(),
+            sysadmin_password: String::new(),
+            tenant_admin_password: String::new(),
+            demo: false,
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            partitions: 4,
+            durability: Durability::Fsync,
+            segment_bytes_max: 64 << 20,
+            group_commit_max_delay_us: 0,
+        }
+    }
+}
+
+impl Default for TsdbConfig {
+    fn default() -> Self {
+        TsdbConfig {
+            chunk_points_max: 4096,
+            head_age_max_s: 3600,
+            query_points_max: 100_000,
+        }
+    }
+}
+
+impl Config {
+    /// Loads the config: the given file (or the built-in default), then environment overrides, then checks.
+    pub fn load(path: Option<&std::path::Path>) -> Result<Config, ConfigError> {
+        let mut config = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+                parse(&text, &path.display().to_string())?
+            }
+            None => builtin(),
+        };
+        config.apply_env(|name| std::env::var(name).ok())?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Applies `FLEETWIRE_*` overrides read through `get` (a function so tests need not touch the process
+    /// environment).
+    pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        fn parsed<T: std::str::FromStr>(var: &'static str, value: String) -> Result<T, ConfigError>
+        where
+            T::Err: std::fmt::Display,
+        {
+            value.parse().map_err(|e: T::Err| ConfigError::Env {
+                var,
+                reason: e.to_string(),
+                value,
+            })
+        }
+        if let Some(v) = get("FLEETWIRE_BIND") {
+            self.bind = parsed("FLEETWIRE_BIND", v)?;
+        }
+        if let Some(v) = get("FLEETWIRE_MQTT_PORT") {
+            self.mqtt.port = parsed("FLEETWIRE_MQTT_PORT", v)?;
+        }
+        if let Some(v) = get("FLEETWIRE_HTTP_PORT") {
+            self.http.port = parsed("FLEETWIRE_HTTP_PORT", v)?;
+        }
+        if let Some(v) = get("FLEETWIRE_DATA_DIR") {
+            self.data_dir = PathBuf::from(v);
+        }
+        if let Some(v) = get("FLEETWIRE_JWT_SECRET") {
+            self.auth.jwt_secret = v;
+        }
+        if let Some(v) = get("FLEETWIRE_SYSADMIN_PASSWORD") {
+            self.bootstrap.sysadmin_password = v;
+        }
+        if let Some(v) = get("FLEETWIRE_TENANT_ADMIN_PASSWORD") {
+            self.bootstrap.tenant_admin_password = v;
+        }
+        if let Some(v) = get("FLEETWIRE_DEMO") {
+            self.bootstrap.demo = matches!(v.as_str(), "1" | "true" | "yes" | "on");
+        }
+        if let Some(v) = get("FLEETWIRE_DURABILITY") {
+            self.log.durability = match v.as_str() {
+                "fsync" => Durability::Fsync,
+                "os" => Durability::Os,
+                _ => {
+                    return Err(ConfigError::Env {
+                        var: "FLEETWIRE_DURABILITY",
+                        value: v,
+                        reason: "expected \"fsync\" or \"os\"".into(),
+                    })
+                }
+            };
+        }
+        Ok(())
+    }
+
+    /// Rejects values that cannot work, with a message naming the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.to_string()));
+        if self.log.partitions == 0 || self.log.partitions > 256 {
+            return bad("log.partitions must be between 1 and 256");
+        }
+        if self.log.segment_bytes_max < 1 << 20 {
+            return bad("log.segment_bytes_max must be at least 1 MiB");
+        }
+        if self.mqtt.packet_bytes_max < 1024 {
+            return bad("mqtt.packet_bytes_max must be at least 1024");
+        }
+        if self.mqtt.inflight_max == 0 {
+            return bad("mqtt.inflight_max must be at least 1");
+        }
+        if self.tsdb.chunk_points_max < 16 {
+            return bad("tsdb.chunk_points_max must be at least 16");
+        }
+        if self.auth.access_token_ttl_s == 0 || self.auth.refresh_token_ttl_s == 0 {
+            return bad("auth token lifetimes must be positive");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_file_equals_defaults() {
+        let file = builtin();
+        assert_eq!(file, Config::default());
+        file.validate().expect("default config is valid");
+        // Every key is spelled out in the file: serializing the defaults yields no key the file lacks.
+        let keys = toml::to_string(&Config::default()).unwrap();
+        for line in keys.lines().filter(|l| l.contains(" = ")) {
+            let key = line.split(" = ").next().unwrap();
+            assert!(DEFAULT_TOML.contains(&format!("\n{key} = ")), "fleetwire.toml lacks {key}");
+        }
+    }
+
+    #[test]
+    fn partial_file_keeps_defaults() {
+        let c = parse("[mqtt]\nport = 1999\n", "test").unwrap();
+        assert_eq!(c.mqtt.port, 1999);
+        assert_eq!(c.mqtt.packet_bytes_max, 65536);
+        assert_eq!(c.http.port, 8080);
+    }
+
+    #[test]
+    fn unknown_key_is_rejected() {
+        let err = parse("[mqtt]\nprot = 1\n", "test").unwrap_err();
+        assert!(err.to_string().contains("prot"), "{err}");
+    }
+
+    #[test]
+    fn env_overrides() {
+        let mut c = Config::default();
+        c.apply_env(|k| match k {
+            "FLEETWIRE_MQTT_PORT" => Some("11883".into()),
+            "FLEETWIRE_DATA_DIR" => Some("/tmp/x".into()),
+            "FLEETWIRE_DEMO" => Some("true".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(c.mqtt.port, 11883);
+        assert_eq!(c.data_dir, PathBuf::from("/tmp/x"));
+        assert!(c.bootstrap.demo);
+        let err = c
+            .apply_env(|k| (k == "FLEETWIRE_HTTP_PORT").then(|| "http".to_string()))
+            .unwrap_err();
+        assert!(err.to_string().contains("FLEETWIRE_HTTP_PORT"));
+    }
+}

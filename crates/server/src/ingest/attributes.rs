@@ -1,0 +1,230 @@
+//! Device attributes (CLIENT, SERVER and SHARED scope): held in memory, persisted in batches.
+//!
+//! Attribute writes arrive through the ingest log like telemetry; the processors apply them here and the
+//! checkpoint persists the changed ones in one SQLite transaction, so there is never a database write per
+//! message. Applying is idempotent: a write replaces the stored value only if it is not older, so replaying
+//! the log after a crash leaves the same state.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+
+use fleetwire_model::record::AttributeScope;
+use fleetwire_model::{Kv, Value};
+use parking_lot::Mutex;
+use rusqlite::{params, Connection};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AttributeError {
+    #[error("attribute database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("attribute database holds an unknown value type {0} for {1}")]
+    Corrupt(i64, String),
+}
+
+/// One stored attribute.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attribute {
+    pub key: String,
+    pub last_update_ts: i64,
+    pub value: Value,
+}
+
+type Key = (u128, AttributeScope);
+
+#[derive(Default)]
+struct State {
+    values: HashMap<Key, BTreeMap<String, (i64, Value)>>,
+    dirty: HashSet<(u128, AttributeScope, String)>,
+}
+
+pub struct AttributeStore {
+    state: Mutex<State>,
+    db: Mutex<Connection>,
+}
+
+fn scope_code(scope: AttributeScope) -> i64 {
+    match scope {
+        AttributeScope::Client => 0,
+        AttributeScope::Server => 1,
+        AttributeScope::Shared => 2,
+    }
+}
+
+fn scope_from_code(code: i64) -> Option<AttributeScope> {
+    match code {
+        0 => Some(AttributeScope::Client),
+        1 => Some(AttributeScope::Server),
+        2 => Some(AttributeScope::Shared),
+        _ => None,
+    }
+}
+
+impl AttributeStore {
+    pub fn open(path: &Path) -> Result<AttributeStore, AttributeError> {
+        let db = Connection::open(path)?;
+        db.pragma_update(None, "journal_mode", "WAL")?;
+        db.pragma_update(None, "synchronous", "FULL")?;
+        db.execute_batch(
+            "CREATE TABLE IF NOT EXISTS attribute (
+                entity BLOB NOT NULL, scope INTEGER NOT NULL, key TEXT NOT NULL,
+                ts INTEGER NOT NULL, type INTEGER NOT NULL, value,
+                PRIMARY KEY (entity, scope, key)) WITHOUT ROWID;",
+        )?;
+        let mut state = State::default();
+        {
+            let mut stmt = db.prepare("SELECT entity, scope, key, ts, type, value FROM attribute")?;
+            let mut rows = stmt.query([])?;
+            while let Some(row) = rows.next()? {
+                let entity: Vec<u8> = row.get(0)?;
+                let key: String = row.get(2)?;
+                let Some(scope) = scope_from_code(row.get(1)?) else {
+                    continue;
+                };
+                let Ok(entity) = <[u8; 16]>::try_from(entity.as_slice()) else {
+                    continue;
+                };
+                let ts: i64 = row.get(3)?;
+                let kind: i64 = row.get(4)?;
+                let value = match kind {
+                    0 => Value::Bool(row.get::<_, i64>(5)? != 0),
+                    1 => Value::Long(row.get(5)?),
+                    2 => Value::Double(row.get(5)?),
+                    3 => Value::Str(row.get(5)?),
+                    4 => Value::Json(row.get(5)?),
+                    other => return Err(AttributeError::Corrupt(other, key)),
+                };
+                state
+                    .values
+                    .entry((u128::from_be_bytes(entity), scope))
+                    .or_default()
+                    .insert(key, (ts, value));
+            }
+        }
+        Ok(AttributeStore {
+            state: Mutex::new(state),
+            db: Mutex::new(db),
+        })
+    }
+
+    /// Applies attribute writes saved at `ts`; an entry older than the stored one is ignored.
+    pub fn apply(&self, entity: u128, scope: AttributeScope, ts: i64, kvs: &[Kv]) {
+        let mut state = self.state.lock();
+        let State { values, dirty } = &mut *state;
+        let map = values.entry((entity, scope)).or_default();
+        for kv in kvs {
+            let newer = map.get(&kv.key).is_none_or(|(old_ts, _)| *old_ts <= ts);
+            if newer {
+                map.insert(kv.key.clone(), (ts, kv.value.clone()));
+                dirty.insert((entity, scope, kv.key.clone()));
+            }
+        }
+    }
+
+    /// The attributes of an entity in one scope, all of them when `keys` is empty, sorted by key.
+    pub fn get(&self, entity: u128, scope: AttributeScope, keys: &[&str]) -> Vec<Attribute> {
+        let state = self.state.lock();
+        let Some(map) = state.values.get(&(entity, scope)) else {
+            return Vec::new();
+        };
+        let pick = |(key, (ts, value)): (&String, &(i64, Value))| Attribute {
+            key: key.clone(),
+            last_update_ts: *ts,
+            value: value.clone(),
+        };
+        if keys.is_empty() {
+            map.iter().map(pick).collect()
+        } else {
+            map.iter()
+                .filter(|(k, _)| keys.contains(&k.as_str()))
+                .map(pick)
+                .collect()
+        }
+    }
+
+    /// Writes every changed attribute in one transaction (synchronous=FULL: durable when it returns).
+    pub fn persist(&self) -> Result<(), AttributeError> {
+        let batch: Vec<(u128, AttributeScope, String, i64, Value)> = {
+            let mut state = self.state.lock();
+            if state.dirty.is_empty() {
+                return Ok(());
+            }
+            let dirty = std::mem::take(&mut state.dirty);
+            dirty
+                .into_iter()
+                .filter_map(|(entity, scope, key)| {
+                    let (ts, value) = state.values.get(&(entity, scope))?.get(&key)?.clone();
+                    Some((entity, scope, key, ts, value))
+                })
+                .collect()
+        };
+        let result = self.write_batch(&batch);
+        if result.is_err() {
+            // Put the keys back so the next checkpoint retries; the log still holds the records.
+            let mut state = self.state.lock();
+            for (entity, scope, key, _, _) in batch {
+                state.dirty.insert((entity, scope, key));
+            }
+        }
+        result
+    }
+
+    fn write_batch(&self, batch: &[(u128, AttributeScope, String, i64, Value)]) -> Result<(), AttributeError> {
+        let mut db = self.db.lock();
+        let tx = db.transaction()?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "INSERT OR REPLACE INTO attribute (entity, scope, key, ts, type, value) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?;
+            for (entity, scope, key, ts, value) in batch {
+                let entity = entity.to_be_bytes();
+                let scope = scope_code(*scope);
+                match value {
+                    Value::Bool(b) => stmt.execute(params![&entity[..], scope, key, ts, 0, i64::from(*b)])?,
+                    Value::Long(v) => stmt.execute(params![&entity[..], scope, key, ts, 1, v])?,
+                    Value::Double(v) => stmt.execute(params![&entity[..], scope, key, ts, 2, v])?,
+                    Value::Str(s) => stmt.execute(params![&entity[..], scope, key, ts, 3, s])?,
+                    Value::Json(s) => stmt.execute(params![&entity[..], scope, key, ts, 4, s])?,
+                };
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(key: &str, value: Value) -> Kv {
+        Kv {
+            key: key.into(),
+            value,
+        }
+    }
+
+    #[test]
+    fn persists_and_reloads_newest_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.sqlite3");
+        {
+            let store = AttributeStore::open(&path).unwrap();
+            store.apply(7, AttributeScope::Client, 10, &[kv("fw", Value::Str("1.0".into()))]);
+            store.apply(7, AttributeScope::Client, 20, &[kv("fw", Value::Str("1.1".into()))]);
+            // A replayed older write does not go back in time.
+            store.apply(7, AttributeScope::Client, 10, &[kv("fw", Value::Str("1.0".into()))]);
+            store.apply(7, AttributeScope::Shared, 5, &[kv("t", Value::Double(21.5)), kv("on", Value::Bool(true))]);
+            store.persist().unwrap();
+            store.apply(7, AttributeScope::Client, 30, &[kv("lost", Value::Long(1))]);
+            // Not persisted: a crash loses it, and the log replays it.
+        }
+        let store = AttributeStore::open(&path).unwrap();
+        let client = store.get(7, AttributeScope::Client, &[]);
+        assert_eq!(client.len(), 1);
+        assert_eq!(client[0].value, Value::Str("1.1".into()));
+        assert_eq!(client[0].last_update_ts, 20);
+        let shared = store.get(7, AttributeScope::Shared, &["t"]);
+        assert_eq!(shared, vec![Attribute { key: "t".into(), last_update_ts: 5, value: Value::Double(21.5) }]);
+        assert!(store.get(8, AttributeScope::Client, &[]).is_empty());
+    }
+}

@@ -1,0 +1,128 @@
+//! The HTTP device API (reference section 3): `/api/v1/{accessToken}/...`.
+//!
+//! Each request is answered only once its data is durable in the ingest log, like a QoS 1 PUBACK.
+//! Deliberate difference from ThingsBoard: malformed JSON gets 400 with a JSON message, not 500
+//! (docs/compatibility.md).
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use fleetwire_entities::DeviceAuth;
+use fleetwire_model::record::AttributeScope;
+use fleetwire_model::{parse_attributes, parse_telemetry, Record};
+use serde::Deserialize;
+
+use super::now_ms;
+use crate::api::error::ApiError;
+use crate::AppState;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/{token}/telemetry", post(post_telemetry))
+        .route("/api/v1/{token}/attributes", post(post_attributes).get(get_attributes))
+}
+
+fn device(state: &AppState, token: &str) -> Result<DeviceAuth, Response> {
+    // Unknown token: 401 with an empty body, as ThingsBoard answers.
+    state
+        .entities
+        .device_by_access_token(token)
+        .ok_or_else(|| StatusCode::UNAUTHORIZED.into_response())
+}
+
+async fn store(state: &AppState, device: &DeviceAuth, record: Record) -> Response {
+    let mut scratch = Vec::new();
+    let appended = state
+        .ingest
+        .append_record(device.device_id, &record, &mut scratch);
+    let result = match appended {
+        Ok(seq) => state.ingest.durable(seq).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "device HTTP write refused");
+            ApiError::unavailable(e.to_string()).into_response()
+        }
+    }
+}
+
+async fn post_telemetry(State(state): State<AppState>, Path(token): Path<String>, body: Bytes) -> Response {
+    let device = match device(&state, &token) {
+        Ok(device) => device,
+        Err(refused) => return refused,
+    };
+    match parse_telemetry(&body, now_ms()) {
+        Ok(records) if records.iter().all(|r| r.kvs.is_empty()) => StatusCode::OK.into_response(),
+        Ok(records) => {
+            let entity = device.device_id.as_u128();
+            store(&state, &device, Record::Telemetry { entity, records }).await
+        }
+        Err(e) => ApiError::bad_request(format!("Invalid telemetry payload: {e}")).into_response(),
+    }
+}
+
+async fn post_attributes(State(state): State<AppState>, Path(token): Path<String>, body: Bytes) -> Response {
+    let device = match device(&state, &token) {
+        Ok(device) => device,
+        Err(refused) => return refused,
+    };
+    match parse_attributes(&body) {
+        Ok(kvs) if kvs.is_empty() => StatusCode::OK.into_response(),
+        Ok(kvs) => {
+            let record = Record::Attributes {
+                entity: device.device_id.as_u128(),
+                scope: AttributeScope::Client,
+                ts: now_ms(),
+                kvs,
+            };
+            store(&state, &device, record).await
+        }
+        Err(e) => ApiError::bad_request(format!("Invalid attributes payload: {e}")).into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AttributeKeys {
+    client_keys: Option<String>,
+    shared_keys: Option<String>,
+}
+
+/// `GET /api/v1/{token}/attributes?clientKeys=a,b&sharedKeys=c`: none given → all client and shared.
+async fn get_attributes(
+    State(state): State<AppState>,
+    Path(token): Path<String>,
+    Query(keys): Query<AttributeKeys>,
+) -> Response {
+    let device = match device(&state, &token) {
+        Ok(device) => device,
+        Err(refused) => return refused,
+    };
+    state.ingest.caught_up(device.device_id, std::time::Duration::from_secs(5)).await;
+    let all = keys.client_keys.is_none() && keys.shared_keys.is_none();
+    let mut body = serde_json::Map::new();
+    for (name, scope, wanted) in [
+        ("client", AttributeScope::Client, keys.client_keys),
+        ("shared", AttributeScope::Shared, keys.shared_keys),
+    ] {
+        if wanted.is_none() && !all {
+            continue;
+        }
+        let wanted = wanted.unwrap_or_default();
+        let refs: Vec<&str> = wanted.split(',').map(str::trim).filter(|k| !k.is_empty()).collect();
+        let found = state
+            .ingest
+            .attributes()
+            .get(device.device_id.as_u128(), scope, &refs);
+        if !found.is_empty() {
+            let section = found.into_iter().map(|a| (a.key, a.value.to_json())).collect();
+            body.insert(name.to_string(), serde_json::Value::Object(section));
+        }
+    }
+    Json(serde_json::Value::Object(body)).into_response()
+}

@@ -1,0 +1,225 @@
+//! The write path shared by the MQTT and HTTP transports, and the processors behind it.
+//!
+//! A transport parses a device payload into a [`Record`], encodes it and calls [`Ingest::append`]: the
+//! record goes to the device's partition of the ingest log and gets a sequence number. The transport then
+//! awaits [`Ingest::durable`] for the highest sequence number of its batch, and only then acknowledges
+//! (PUBACK, HTTP 200). One processor thread per partition reads durable records back and applies them to
+//! the time-series store; it checkpoints the log once the store has persisted what the records carried, so
+//! a crash replays exactly what was not yet persisted.
+
+pub mod attributes;
+pub mod http;
+mod processor;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleetwire_log::{Log, LogConfig as LogOptions};
+use fleetwire_model::Record;
+use fleetwire_tsdb::{Tsdb, TsdbConfig as TsdbOptions};
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use crate::config::{Config, Durability};
+use attributes::AttributeStore;
+
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    #[error("ingest log: {0}")]
+    Log(#[from] fleetwire_log::LogError),
+    #[error("time-series store: {0}")]
+    Tsdb(#[from] fleetwire_tsdb::TsdbError),
+    #[error("attribute store: {0}")]
+    Attributes(#[from] attributes::AttributeError),
+    #[error("the ingest log refuses writes after a write or sync failure; restart the server")]
+    Poisoned,
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    #[error("cannot start processor thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// Progress of one partition's processor, shared with queries.
+pub(crate) struct PartitionProgress {
+    /// Log offset up to which records have been applied to the stores.
+    pub applied: AtomicU64,
+}
+
+pub struct Ingest {
+    log: Arc<Log>,
+    durable: watch::Receiver<u64>,
+    tsdb: Arc<Tsdb>,
+    attributes: Arc<AttributeStore>,
+    progress: Arc<Vec<PartitionProgress>>,
+    shutdown: Arc<AtomicBool>,
+    processors: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+impl Ingest {
+    /// Opens (and recovers) the log and the stores under the data dir and starts one processor per
+    /// partition, which first replays what the stores had not persisted.
+    pub fn open(config: &Config) -> Result<Ingest, IngestError> {
+        let dir = &config.data_dir;
+        let (durable_tx, durable) = watch::channel(0u64);
+        let mut log_options = LogOptions::new(dir.join("log"));
+        log_options.partitions = config.log.partitions;
+        log_options.segment_bytes_max = config.log.segment_bytes_max;
+        log_options.group_commit_max_delay_us = config.log.group_commit_max_delay_us;
+        log_options.durability = match config.log.durability {
+            Durability::Fsync => fleetwire_log::Durability::Fsync,
+            Durability::Os => fleetwire_log::Durability::Os,
+        };
+        // The log's writer thread calls this after every group commit; waiting transports wake up.
+        let listener = Box::new(move |seq: u64| {
+            durable_tx.send_replace(seq);
+        });
+        let log = Arc::new(Log::open(log_options, listener)?);
+        let tsdb_options = TsdbOptions {
+            chunk_points_max: config.tsdb.chunk_points_max,
+            ..TsdbOptions::default()
+        };
+        let tsdb = Arc::new(Tsdb::open(&dir.join("tsdb"), tsdb_options)?);
+        let attributes = Arc::new(AttributeStore::open(&dir.join("attributes.sqlite3"))?);
+        let partitions = config.log.partitions;
+        let progress: Arc<Vec<PartitionProgress>> = Arc::new(
+            (0..partitions)
+                .map(|_| PartitionProgress {
+                    applied: AtomicU64::new(0),
+                })
+                .collect(),
+        );
+        let shutdown = Arc::new(AtomicBool::new(false));
+        let mut processors = Vec::new();
+        for partition in 0..partitions {
+            let worker = processor::Processor {
+                partition,
+                log: log.clone(),
+                tsdb: tsdb.clone(),
+                attributes: attributes.clone(),
+                progress: progress.clone(),
+                shutdown: shutdown.clone(),
+                head_age_max_ms: config.tsdb.head_age_max_s.saturating_mul(1000),
+            };
+            let handle = std::thread::Builder::new()
+                .name(format!("processor-{partition}"))
+                .spawn(move || worker.run())
+                .map_err(IngestError::Thread)?;
+            processors.push(handle);
+        }
+        Ok(Ingest {
+            log,
+            durable,
+            tsdb,
+            attributes,
+            progress,
+            shutdown,
+            processors: Mutex::new(processors),
+        })
+    }
+
+    /// The partition a device's records go to. Device ids are random UUIDs, so folding their bits spreads
+    /// devices evenly.
+    pub fn partition_of(&self, device: Uuid) -> u16 {
+        let bits = device.as_u128();
+        let folded = (bits as u64) ^ ((bits >> 64) as u64);
+        (folded % u64::from(self.log.partitions())) as u16
+    }
+
+    /// Appends one encoded record for `device`; returns the sequence number to wait for with [`durable`].
+    ///
+    /// [`durable`]: Ingest::durable
+    pub fn append(&self, device: Uuid, record: &[u8]) -> Result<u64, IngestError> {
+        if self.shutdown.load(Ordering::Relaxed) {
+            return Err(IngestError::ShuttingDown);
+        }
+        let partition = self.partition_of(device);
+        self.log.append(partition, record).map_err(|e| match e {
+            fleetwire_log::LogError::Poisoned => IngestError::Poisoned,
+            other => IngestError::Log(other),
+        })
+    }
+
+    /// Encodes and appends a record, reusing `scratch` as the encoding buffer.
+    pub fn append_record(
+        &self,
+        device: Uuid,
+        record: &Record,
+        scratch: &mut Vec<u8>,
+    ) -> Result<u64, IngestError> {
+        scratch.clear();
+        record.encode(scratch);
+        self.append(device, scratch)
+    }
+
+    /// Resolves once every record up to `seq` is durable (fsync'd, or written to the OS with
+    /// `durability = "os"`). Fails if the log was poisoned, so nothing is acknowledged that is not durable.
+    pub async fn durable(&self, seq: u64) -> Result<(), IngestError> {
+        let mut rx = self.durable.clone();
+        loop {
+            if *rx.borrow_and_update() >= seq {
+                return Ok(());
+            }
+            if self.log.is_poisoned() {
+                return Err(IngestError::Poisoned);
+            }
+            // The timeout only bounds how long a poisoned log goes unnoticed; commits wake us at once.
+            match tokio::time::timeout(Duration::from_millis(500), rx.changed()).await {
+                Ok(Ok(())) | Err(_) => {}
+                Ok(Err(_)) => return Err(IngestError::ShuttingDown),
+            }
+        }
+    }
+
+    /// Waits (up to `timeout`) until the processor of `device`'s partition has applied every record that
+    /// was durable when this call started, so a query sees every write acknowledged before it.
+    pub async fn caught_up(&self, device: Uuid, timeout: Duration) {
+        let partition = self.partition_of(device);
+        let target = self.log.end_offset(partition);
+        let progress = &self.progress[usize::from(partition)];
+        let deadline = tokio::time::Instant::now() + timeout;
+        while progress.applied.load(Ordering::Acquire) < target {
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(partition, "query served before the processor caught up");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    pub fn tsdb(&self) -> &Tsdb {
+        &self.tsdb
+    }
+
+    pub fn attributes(&self) -> &AttributeStore {
+        &self.attributes
+    }
+
+    pub fn log(&self) -> &Log {
+        &self.log
+    }
+
+    /// Stops the processors after they persisted their state and checkpointed the log.
+    pub fn shutdown(&self) {
+        self.shutdown.store(true, Ordering::Release);
+        for handle in self.processors.lock().drain(..) {
+            if handle.join().is_err() {
+                tracing::error!("a processor thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for Ingest {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Wall-clock time in epoch milliseconds: the server-side timestamp of data that comes without one.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

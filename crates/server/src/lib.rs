@@ -1,0 +1,20 @@
+//! Fleetwire's server: the only crate that knows tokio and axum.
+//!
+//! - [`config`]: the typed configuration (`fleetwire.toml`).
+//! - [`state`]: [`AppState`], everything a request or a connection needs, opened once at start.
+//! - [`mqtt`]: the MQTT listener: one task per connection, our codec, device authentication, PUBACK after
+//!   the ingest log says the record is durable.
+//! - [`ingest`]: the write path shared by MQTT and HTTP (payload → log record → durable ack), the HTTP device
+//!   API, and the processors that move records from the log into the time-series store.
+//! - [`api`]: the ThingsBoard-compatible REST API.
+//! - [`serve`]: starts everything and runs until shutdown.
+
+pub mod api;
+pub mod config;
+pub mod ingest;
+pub mod mqtt;
+pub mod serve;
+pub mod state;
+
+pub use config::Config;
+pub use state::AppState;

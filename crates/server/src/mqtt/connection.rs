@@ -1,0 +1,559 @@
+//! One device connection: CONNECT and authentication, then a loop that reads whatever bytes the socket
+//! has, handles every complete packet in them, waits once for the ingest log to make the batch durable,
+//! and writes all the answers (PUBACKs in order) in one write.
+//!
+//! Memory while idle is kept small on purpose: the read buffer is released whenever it holds no partial
+//! packet, so an idle connection owns no buffer at all.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use fleetwire_entities::{AuthRefusal, DeviceAuth, MqttAuth};
+use fleetwire_model::record::AttributeScope;
+use fleetwire_model::{parse_attributes, parse_telemetry, Record};
+use fleetwire_mqtt::{
+    decode, encode, reason, ConnAck, Connect, DecodeError, Disconnect, Packet, Protocol, PubAck, Publish,
+    QoS, SubAck, Subscribe, UnsubAck, Unsubscribe,
+};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use super::topics::{self, DeviceTopic};
+use crate::ingest::now_ms;
+use crate::AppState;
+
+/// How long a new connection may take to send its CONNECT.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Sessions without any packet for this long are closed (ThingsBoard's transport inactivity timeout).
+const INACTIVITY_TIMEOUT: Duration = Duration::from_secs(600);
+/// Read buffer growth step.
+const READ_CHUNK: usize = 8 * 1024;
+
+/// Why a connection ends.
+enum End {
+    /// The client closed the socket or sent DISCONNECT.
+    Client,
+    /// We close it; on MQTT 5 a DISCONNECT with this reason is sent first.
+    Server(Option<u8>),
+}
+
+struct Conn<'a> {
+    state: &'a AppState,
+    stream: TcpStream,
+    peer: SocketAddr,
+    protocol: Protocol,
+    device: DeviceAuth,
+    /// Encoded answers of the current batch.
+    out: BytesMut,
+    /// Encoding buffer for log records, reused across messages.
+    scratch: Vec<u8>,
+    /// Highest log sequence number the current batch must wait for before `out` is written.
+    wait_seq: u64,
+    /// Subscriptions granted on this connection, with their QoS (a handful at most).
+    subscriptions: Vec<(String, QoS)>,
+    /// Packet id of the next server-to-device QoS 1 PUBLISH.
+    next_pkid: u16,
+}
+
+/// Serves one accepted TCP connection until it closes.
+pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    let mut buf = BytesMut::new();
+    let mut stream = stream;
+    let max = state.config.mqtt.packet_bytes_max;
+    let connect = match tokio::time::timeout(CONNECT_TIMEOUT, read_connect(&mut stream, &mut buf, max)).await {
+        Ok(Ok(Some(connect))) => connect,
+        Ok(Ok(None)) | Err(_) => return,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "bad CONNECT");
+            if let DecodeError::UnsupportedProtocolVersion(_) = e {
+                // Answer in 3.1.1 form, which every client version can read.
+                let code = e.connack_code(Protocol::V311);
+                let _ = send_connack(&mut stream, Protocol::V311, code).await;
+            }
+            return;
+        }
+    };
+    let protocol = connect.protocol;
+    let device = match authenticate(&state, &connect) {
+        Ok(device) => device,
+        Err(code) => {
+            tracing::debug!(%peer, client_id = %connect.client_id, code, "CONNECT refused");
+            let _ = send_connack(&mut stream, protocol, code).await;
+            return;
+        }
+    };
+    if send_connack(&mut stream, protocol, 0).await.is_err() {
+        return;
+    }
+    let guard = state.sessions.register(device.device_id);
+    let mut conn = Conn {
+        state: &state,
+        stream,
+        peer,
+        protocol,
+        device,
+        out: BytesMut::new(),
+        scratch: Vec::new(),
+        wait_seq: 0,
+        subscriptions: Vec::new(),
+        next_pkid: 1,
+    };
+    let end = tokio::select! {
+        end = conn.run(buf) => end,
+        reason = guard.signal.closed() => End::Server(Some(reason)),
+    };
+    if let End::Server(Some(code)) = end {
+        if conn.protocol == Protocol::V5 {
+            let mut out = BytesMut::new();
+            let packet = Packet::Disconnect(Disconnect {
+                reason: code,
+                properties: Default::default(),
+            });
+            if encode(&packet, conn.protocol, &mut out).is_ok() {
+                let _ = conn.stream.write_all(&out).await;
+            }
+        }
+    }
+    let _ = conn.stream.shutdown().await;
+}
+
+async fn read_connect(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    max: usize,
+) -> Result<Option<Connect>, DecodeError> {
+    loop {
+        match decode(buf, Protocol::V311, max)? {
+            Some(Packet::Connect(connect)) => return Ok(Some(connect)),
+            // Anything before CONNECT is a protocol violation: close without an answer.
+            Some(_) => return Ok(None),
+            None => {}
+        }
+        buf.reserve(READ_CHUNK);
+        match tokio::io::AsyncReadExt::read_buf(stream, buf).await {
+            Ok(0) | Err(_) => return Ok(None),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Device authentication (reference 1.2): returns the device, or the CONNACK code to refuse with.
+fn authenticate(state: &AppState, connect: &Connect) -> Result<DeviceAuth, u8> {
+    let v5 = connect.protocol == Protocol::V5;
+    if state.sessions.connection_count() > state.config.mqtt.connections_max {
+        return Err(if v5 { reason::QUOTA_EXCEEDED } else { 3 });
+    }
+    let outcome = state.entities.authenticate_mqtt(
+        &connect.client_id,
+        connect.username.as_deref(),
+        connect.password.as_deref(),
+    );
+    match outcome {
+        MqttAuth::Device(device) => Ok(device),
+        // Provisioning sessions come with the provisioning API; until then they are not authorized.
+        MqttAuth::Provision => Err(if v5 { reason::NOT_AUTHORIZED } else { 5 }),
+        MqttAuth::Refused(refusal) => Err(match (refusal, v5) {
+            (AuthRefusal::BadUserNameOrPassword, true) => reason::BAD_USER_NAME_OR_PASSWORD,
+            (AuthRefusal::ClientIdNotValid, true) => reason::CLIENT_IDENTIFIER_NOT_VALID,
+            (AuthRefusal::NotAuthorized, true) => reason::NOT_AUTHORIZED,
+            (AuthRefusal::ClientIdNotValid, false) => 2,
+            (_, false) => 5,
+        }),
+    }
+}
+
+async fn send_connack(stream: &mut TcpStream, protocol: Protocol, code: u8) -> std::io::Result<()> {
+    let mut out = BytesMut::new();
+    let packet = Packet::ConnAck(ConnAck {
+        session_present: false,
+        code,
+        properties: Default::default(),
+    });
+    encode(&packet, protocol, &mut out).map_err(std::io::Error::other)?;
+    stream.write_all(&out).await
+}
+
+impl Conn<'_> {
+    async fn run(&mut self, mut buf: BytesMut) -> End {
+        let max = self.state.config.mqtt.packet_bytes_max;
+        loop {
+            // Handle every complete packet already buffered (the first loop may have leftovers from CONNECT).
+            loop {
+                match decode(&mut buf, self.protocol, max) {
+                    Ok(Some(packet)) => {
+                        if let Some(end) = self.handle(packet) {
+                            self.flush().await;
+                            return end;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::debug!(peer = %self.peer, error = %e, "malformed packet");
+                        self.flush().await;
+                        return End::Server(Some(e.reason_code()));
+                    }
+                }
+            }
+            if !self.flush().await {
+                return End::Client;
+            }
+            if buf.is_empty() {
+                // Release the buffer: an idle connection holds no read memory.
+                buf = BytesMut::new();
+            }
+            match tokio::time::timeout(INACTIVITY_TIMEOUT, self.stream.readable()).await {
+                Err(_) => return End::Server(Some(reason::MAXIMUM_CONNECT_TIME)),
+                Ok(Err(_)) => return End::Client,
+                Ok(Ok(())) => {}
+            }
+            buf.reserve(READ_CHUNK);
+            match self.stream.try_read_buf(&mut buf) {
+                Ok(0) => return End::Client,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => return End::Client,
+            }
+        }
+    }
+
+    /// Waits until the batch's records are durable, then writes its answers. False if the socket failed.
+    async fn flush(&mut self) -> bool {
+        if self.wait_seq > 0 {
+            let seq = std::mem::take(&mut self.wait_seq);
+            if let Err(e) = self.state.ingest.durable(seq).await {
+                // Nothing in this batch may be acknowledged: drop the answers and close.
+                tracing::warn!(peer = %self.peer, error = %e, "cannot make records durable; closing");
+                self.out.clear();
+                return false;
+            }
+        }
+        if self.out.is_empty() {
+            return true;
+        }
+        let ok = self.stream.write_all(&self.out).await.is_ok();
+        self.out.clear();
+        if self.out.capacity() > 64 * 1024 {
+            self.out = BytesMut::new();
+        }
+        ok
+    }
+
+    fn send(&mut self, packet: Packet) {
+        // Encoding our own well-formed packets cannot fail short of a bug; log it if it does.
+        if let Err(e) = encode(&packet, self.protocol, &mut self.out) {
+            tracing::error!(error = %e, "cannot encode an outgoing packet");
+        }
+    }
+
+    fn puback(&mut self, pkid: u16, code: u8) {
+        self.send(Packet::PubAck(PubAck {
+            pkid,
+            reason: code,
+            properties: Default::default(),
+        }));
+    }
+
+    /// Handles one packet; `Some` ends the connection.
+    fn handle(&mut self, packet: Packet) -> Option<End> {
+        match packet {
+            Packet::Publish(publish) => self.publish(publish),
+            Packet::Subscribe(subscribe) => {
+                self.subscribe(subscribe);
+                None
+            }
+            Packet::Unsubscribe(unsubscribe) => {
+                self.unsubscribe(unsubscribe);
+                None
+            }
+            Packet::PingReq => {
+                self.send(Packet::PingResp);
+                None
+            }
+            Packet::Disconnect(_) => Some(End::Client),
+            // Acknowledgements of our own QoS 1 publishes: nothing is waiting for them yet.
+            Packet::PubAck(_) | Packet::PubRec(_) | Packet::PubComp(_) => None,
+            Packet::PubRel(rel) => {
+                self.send(Packet::PubComp(PubAck {
+                    pkid: rel.pkid,
+                    reason: 0,
+                    properties: Default::default(),
+                }));
+                None
+            }
+            // A second CONNECT is a protocol error; so is a server-only packet from a client.
+            Packet::Connect(_)
+            | Packet::ConnAck(_)
+            | Packet::SubAck(_)
+            | Packet::UnsubAck(_)
+            | Packet::PingResp
+            | Packet::Auth(_) => Some(End::Server(Some(reason::PROTOCOL_ERROR))),
+        }
+    }
+
+    fn publish(&mut self, publish: Publish) -> Option<End> {
+        let v5 = self.protocol == Protocol::V5;
+        // ThingsBoard answers QoS 2 with a PUBACK as well; we do the same (QoS 2 flows come later).
+        let ack = publish.qos != QoS::AtMostOnce;
+        let pkid = publish.pkid;
+        let device = self.device.device_id;
+        let result = match topics::classify(publish.topic.as_str()) {
+            DeviceTopic::Telemetry => match parse_telemetry(&publish.payload, now_ms()) {
+                Ok(records) if records.iter().all(|r| r.kvs.is_empty()) => Ok(()),
+                Ok(records) => self.append(Record::Telemetry {
+                    entity: device.as_u128(),
+                    records,
+                }),
+                Err(e) => Err(Refusal::Payload(e.to_string())),
+            },
+            DeviceTopic::Attributes => match parse_attributes(&publish.payload) {
+                Ok(kvs) if kvs.is_empty() => Ok(()),
+                Ok(kvs) => self.append(Record::Attributes {
+                    entity: device.as_u128(),
+                    scope: AttributeScope::Client,
+                    ts: now_ms(),
+                    kvs,
+                }),
+                Err(e) => Err(Refusal::Payload(e.to_string())),
+            },
+            DeviceTopic::RpcRequest { id, v2 } => {
+                let answer = self.client_rpc(id, v2, &publish.payload);
+                if ack {
+                    self.puback(pkid, 0);
+                }
+                if let Some((topic, body)) = answer {
+                    self.publish_to_device(topic, body);
+                }
+                return None;
+            }
+            DeviceTopic::AttributesRequest { id, v2 } => {
+                let answer = self.attributes_request(&publish.payload);
+                if ack {
+                    self.puback(pkid, 0);
+                }
+                match answer {
+                    Ok(body) => {
+                        let prefix = if v2 { "v2/a/res/" } else { "v1/devices/me/attributes/response/" };
+                        self.publish_to_device(format!("{prefix}{id}"), body);
+                        return None;
+                    }
+                    Err(_) if !v5 => return Some(End::Server(None)),
+                    Err(_) => return None,
+                }
+            }
+            // Server-side RPC replies and claiming arrive with later issues; they are accepted meanwhile.
+            DeviceTopic::RpcResponse { .. } | DeviceTopic::Claim => Ok(()),
+            DeviceTopic::Unknown => Err(Refusal::Topic),
+        };
+        match result {
+            Ok(()) => {
+                if ack {
+                    self.puback(pkid, 0);
+                }
+                None
+            }
+            Err(Refusal::Topic) => {
+                if ack {
+                    // 3.x has no reason codes: the PUBACK looks like success, as in ThingsBoard.
+                    self.puback(pkid, if v5 { reason::TOPIC_NAME_INVALID } else { 0 });
+                }
+                None
+            }
+            Err(Refusal::Payload(message)) => {
+                tracing::debug!(peer = %self.peer, %message, "malformed payload");
+                if v5 {
+                    if ack {
+                        self.puback(pkid, reason::PAYLOAD_FORMAT_INVALID);
+                    }
+                    None
+                } else {
+                    Some(End::Server(None))
+                }
+            }
+            Err(Refusal::Unavailable(message)) => {
+                tracing::warn!(peer = %self.peer, %message, "cannot accept a message");
+                if v5 && ack {
+                    self.puback(pkid, reason::UNSPECIFIED_ERROR);
+                }
+                Some(End::Server(Some(reason::UNSPECIFIED_ERROR)))
+            }
+        }
+    }
+
+    fn append(&mut self, record: Record) -> Result<(), Refusal> {
+        let device = self.device.device_id;
+        match self.state.ingest.append_record(device, &record, &mut self.scratch) {
+            Ok(seq) => {
+                self.wait_seq = self.wait_seq.max(seq);
+                Ok(())
+            }
+            Err(e) => Err(Refusal::Unavailable(e.to_string())),
+        }
+    }
+
+    /// Built-in client-side RPC methods (reference 1.9). Returns the response topic and body.
+    fn client_rpc(&self, id: &str, v2: bool, payload: &[u8]) -> Option<(String, Bytes)> {
+        let request: serde_json::Value = serde_json::from_slice(payload).ok()?;
+        let method = request.get("method")?.as_str()?;
+        let body = match method {
+            // getSessionLimits is answered on the v1 topic only, as ThingsBoard does.
+            "getSessionLimits" if !v2 => serde_json::json!({
+                "maxPayloadSize": self.state.config.mqtt.packet_bytes_max,
+                "maxInflightMessages": self.state.config.mqtt.inflight_max,
+                "rateLimits": {"messages": null, "telemetryMessages": null, "telemetryDataPoints": null},
+            }),
+            "getCurrentTime" => serde_json::json!({ "currentTime": now_ms() }),
+            _ => return None,
+        };
+        let prefix = if v2 { "v2/r/res/" } else { "v1/devices/me/rpc/response/" };
+        Some((format!("{prefix}{id}"), Bytes::from(body.to_string())))
+    }
+
+    /// Answers an attribute request (reference 1.7) from the attribute store.
+    fn attributes_request(&self, payload: &[u8]) -> Result<Bytes, ()> {
+        let request: serde_json::Value = if payload.is_empty() {
+            serde_json::json!({})
+        } else {
+            serde_json::from_slice(payload).map_err(|_| ())?
+        };
+        let keys = |name: &str| -> Result<Option<Vec<String>>, ()> {
+            match request.get(name) {
+                None | Some(serde_json::Value::Null) => Ok(None),
+                Some(serde_json::Value::String(s)) => Ok(Some(
+                    s.split(',').map(str::trim).filter(|k| !k.is_empty()).map(String::from).collect(),
+                )),
+                // A JSON array works only with exactly one element, as in ThingsBoard.
+                Some(serde_json::Value::Array(a)) if a.len() == 1 => {
+                    Ok(Some(a[0].as_str().map(|s| vec![s.to_string()]).unwrap_or_default()))
+                }
+                Some(_) => Err(()),
+            }
+        };
+        let client_keys = keys("clientKeys")?;
+        let shared_keys = keys("sharedKeys")?;
+        let all = client_keys.is_none() && shared_keys.is_none();
+        let entity = self.device.device_id.as_u128();
+        let mut body = serde_json::Map::new();
+        for (name, scope, wanted) in [
+            ("client", AttributeScope::Client, client_keys),
+            ("shared", AttributeScope::Shared, shared_keys),
+        ] {
+            if wanted.is_none() && !all {
+                continue;
+            }
+            let wanted = wanted.unwrap_or_default();
+            let refs: Vec<&str> = wanted.iter().map(String::as_str).collect();
+            let found = self.state.ingest.attributes().get(entity, scope, &refs);
+            if !found.is_empty() {
+                let section = found.into_iter().map(|a| (a.key, a.value.to_json())).collect();
+                body.insert(name.to_string(), serde_json::Value::Object(section));
+            }
+        }
+        Ok(Bytes::from(serde_json::Value::Object(body).to_string()))
+    }
+
+    /// Publishes to the device with the QoS of its matching subscription (QoS 1 if none matches).
+    fn publish_to_device(&mut self, topic: String, payload: Bytes) {
+        let qos = self
+            .subscriptions
+            .iter()
+            .find(|(filter, _)| filter_matches(filter, &topic))
+            .map_or(QoS::AtLeastOnce, |(_, qos)| *qos);
+        let pkid = if qos == QoS::AtMostOnce {
+            0
+        } else {
+            let pkid = self.next_pkid;
+            self.next_pkid = self.next_pkid.checked_add(1).unwrap_or(1);
+            pkid
+        };
+        let Ok(topic) = fleetwire_mqtt::Topic::try_from(topic) else {
+            return;
+        };
+        self.send(Packet::Publish(Publish {
+            dup: false,
+            qos,
+            retain: false,
+            topic,
+            pkid,
+            payload,
+            properties: Default::default(),
+        }));
+    }
+
+    fn subscribe(&mut self, subscribe: Subscribe) {
+        let v5 = self.protocol == Protocol::V5;
+        let mut codes = Vec::with_capacity(subscribe.filters.len());
+        for filter in subscribe.filters {
+            if topics::subscription_allowed(&filter.path, self.device.gateway) {
+                let qos = if filter.qos == QoS::AtMostOnce { QoS::AtMostOnce } else { QoS::AtLeastOnce };
+                codes.push(qos as u8);
+                match self.subscriptions.iter_mut().find(|(f, _)| *f == filter.path) {
+                    Some(existing) => existing.1 = qos,
+                    None => self.subscriptions.push((filter.path, qos)),
+                }
+            } else {
+                codes.push(if v5 { reason::TOPIC_FILTER_INVALID } else { 0x80 });
+            }
+        }
+        self.send(Packet::SubAck(SubAck {
+            pkid: subscribe.pkid,
+            return_codes: codes,
+            properties: Default::default(),
+        }));
+    }
+
+    fn unsubscribe(&mut self, unsubscribe: Unsubscribe) {
+        let mut reasons = Vec::new();
+        for filter in &unsubscribe.filters {
+            let before = self.subscriptions.len();
+            self.subscriptions.retain(|(f, _)| f != filter);
+            reasons.push(if self.subscriptions.len() < before { 0 } else { reason::NO_SUBSCRIPTION_EXISTED });
+        }
+        if self.protocol != Protocol::V5 {
+            reasons.clear();
+        }
+        self.send(Packet::UnsubAck(UnsubAck {
+            pkid: unsubscribe.pkid,
+            reasons,
+            properties: Default::default(),
+        }));
+    }
+}
+
+enum Refusal {
+    /// Unknown topic.
+    Topic,
+    /// The payload is not a valid ThingsBoard payload.
+    Payload(String),
+    /// The server cannot take the message (log poisoned, shutting down).
+    Unavailable(String),
+}
+
+/// MQTT topic filter matching (`+` one level, `#` the rest).
+fn filter_matches(filter: &str, topic: &str) -> bool {
+    let mut f = filter.split('/');
+    let mut t = topic.split('/');
+    loop {
+        match (f.next(), t.next()) {
+            (Some("#"), _) => return true,
+            (Some("+"), Some(_)) => {}
+            (Some(a), Some(b)) if a == b => {}
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::filter_matches;
+
+    #[test]
+    fn filters_match_topics() {
+        assert!(filter_matches("v1/devices/me/rpc/response/+", "v1/devices/me/rpc/response/1"));
+        assert!(!filter_matches("v1/devices/me/rpc/response/+", "v1/devices/me/rpc/response/1/2"));
+        assert!(filter_matches("v1/#", "v1/devices/me"));
+        assert!(!filter_matches("v1/devices/me/attributes", "v1/devices/me/attributes/response/1"));
+    }
+}

@@ -1,0 +1,148 @@
+//! The registry of connected device sessions: one session per device, as ThingsBoard allows
+//! (`ACTORS_MAX_CONCURRENT_SESSION_PER_DEVICE = 1`). A new connection evicts the old one; deleting a device
+//! or changing its credentials closes its session.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+/// Why the server closes a session, as an MQTT 5 reason code (3.x connections are simply closed).
+pub mod close_reason {
+    /// Another connection authenticated as the same device.
+    pub const SESSION_TAKEN_OVER: u8 = 0x8E;
+    /// The device was deleted or its credentials changed.
+    pub const ADMINISTRATIVE_ACTION: u8 = 0x98;
+}
+
+/// The signal a connection task waits on to learn it must close.
+#[derive(Default)]
+pub struct CloseSignal {
+    notify: Notify,
+    reason: AtomicU8,
+}
+
+impl CloseSignal {
+    pub fn close(&self, reason: u8) {
+        self.reason.store(reason, Ordering::Release);
+        self.notify.notify_one();
+    }
+
+    /// Resolves with the close reason once [`CloseSignal::close`] was called.
+    pub async fn closed(&self) -> u8 {
+        self.notify.notified().await;
+        self.reason.load(Ordering::Acquire)
+    }
+}
+
+struct Entry {
+    session: u64,
+    signal: Arc<CloseSignal>,
+}
+
+#[derive(Default)]
+pub struct Sessions {
+    by_device: Mutex<HashMap<Uuid, Entry>>,
+    next_session: AtomicU64,
+    /// Open MQTT connections, authenticated or not.
+    connections: AtomicUsize,
+}
+
+/// Counts one open connection for as long as it lives.
+pub struct ConnectionGuard<'a>(&'a Sessions);
+
+impl Drop for ConnectionGuard<'_> {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Deregisters the session when the connection ends, unless a newer session already replaced it.
+pub struct SessionGuard<'a> {
+    sessions: &'a Sessions,
+    device: Uuid,
+    session: u64,
+    pub signal: Arc<CloseSignal>,
+}
+
+impl Drop for SessionGuard<'_> {
+    fn drop(&mut self) {
+        let mut map = self.sessions.by_device.lock();
+        if map.get(&self.device).is_some_and(|e| e.session == self.session) {
+            map.remove(&self.device);
+        }
+    }
+}
+
+impl Sessions {
+    /// Registers a new session for `device`, evicting the previous one.
+    pub fn register(&self, device: Uuid) -> SessionGuard<'_> {
+        let session = self.next_session.fetch_add(1, Ordering::Relaxed);
+        let signal = Arc::new(CloseSignal::default());
+        let previous = self.by_device.lock().insert(
+            device,
+            Entry {
+                session,
+                signal: signal.clone(),
+            },
+        );
+        if let Some(previous) = previous {
+            previous.signal.close(close_reason::SESSION_TAKEN_OVER);
+        }
+        SessionGuard {
+            sessions: self,
+            device,
+            session,
+            signal,
+        }
+    }
+
+    /// Closes the session of `device`, if it has one.
+    pub fn close_device(&self, device: Uuid, reason: u8) {
+        if let Some(entry) = self.by_device.lock().get(&device) {
+            entry.signal.close(reason);
+        }
+    }
+
+    /// Counts a newly accepted connection until the guard drops.
+    pub fn connection_opened(&self) -> ConnectionGuard<'_> {
+        self.connections.fetch_add(1, Ordering::Relaxed);
+        ConnectionGuard(self)
+    }
+
+    pub fn connection_count(&self) -> usize {
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_device.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn new_session_evicts_old() {
+        let sessions = Sessions::default();
+        let device = Uuid::new_v4();
+        let first = sessions.register(device);
+        let second = sessions.register(device);
+        assert_eq!(first.signal.closed().await, close_reason::SESSION_TAKEN_OVER);
+        drop(first);
+        // The old guard must not remove the new session.
+        assert_eq!(sessions.len(), 1);
+        sessions.close_device(device, close_reason::ADMINISTRATIVE_ACTION);
+        assert_eq!(second.signal.closed().await, close_reason::ADMINISTRATIVE_ACTION);
+        drop(second);
+        assert!(sessions.is_empty());
+    }
+}

@@ -1,0 +1,112 @@
+//! `fleetwire serve`: opens the stores, creates the first accounts, binds the listeners and runs until
+//! SIGINT/SIGTERM, then lets the processors persist and checkpoint before exiting.
+
+use std::net::SocketAddr;
+
+use fleetwire_entities::BootstrapSpec;
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+use crate::state::StartError;
+use crate::AppState;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Start(#[from] StartError),
+    #[error("creating the first accounts: {0}")]
+    Bootstrap(#[from] fleetwire_entities::EntityError),
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("HTTP server: {0}")]
+    Http(std::io::Error),
+}
+
+pub async fn serve(config: Config) -> Result<(), ServeError> {
+    let mqtt_addr = SocketAddr::new(config.bind, config.mqtt.port);
+    let http_addr = SocketAddr::new(config.bind, config.http.port);
+    let spec = BootstrapSpec {
+        sysadmin_email: config.bootstrap.sysadmin_email.clone(),
+        tenant_admin_email: config.bootstrap.tenant_admin_email.clone(),
+        sysadmin_password: config.bootstrap.sysadmin_password.clone(),
+        tenant_admin_password: config.bootstrap.tenant_admin_password.clone(),
+        demo: config.bootstrap.demo,
+    };
+    let data_dir = config.data_dir.clone();
+    // Opening recovers the log and the stores: blocking work, done before anything listens.
+    let state = tokio::task::block_in_place(|| AppState::open(config))?;
+    let report = state.entities.bootstrap(&spec)?;
+
+    let mqtt = TcpListener::bind(mqtt_addr).await.map_err(|source| ServeError::Bind {
+        what: "MQTT",
+        addr: mqtt_addr,
+        source,
+    })?;
+    let http = TcpListener::bind(http_addr).await.map_err(|source| ServeError::Bind {
+        what: "HTTP",
+        addr: http_addr,
+        source,
+    })?;
+    tracing::info!(data_dir = %data_dir.display(), "stores open");
+    println!("Fleetwire {} is running", env!("CARGO_PKG_VERSION"));
+    println!("  MQTT  mqtt://{mqtt_addr}");
+    println!("  HTTP  http://{http_addr}  (REST API, device HTTP API)");
+    println!("  data  {}", data_dir.display());
+    for (email, password) in &report.generated_passwords {
+        println!("  created account {email} with password {password}  (shown once; change it)");
+    }
+    if let Some(demo) = &report.demo {
+        let host = if config_is_wildcard(mqtt_addr) { "localhost".to_string() } else { mqtt_addr.ip().to_string() };
+        println!("Demo accounts: tenant@thingsboard.org / tenant, sysadmin@thingsboard.org / sysadmin");
+        println!("Demo device \"{}\" with access token {}. Send it data:", demo.name, demo.access_token);
+        println!(
+            "  mosquitto_pub -h {host} -p {} -V mqttv311 -u {} -t v1/devices/me/telemetry -q 1 -m '{{\"temperature\":21.5}}'",
+            mqtt_addr.port(),
+            demo.access_token
+        );
+        println!(
+            "  curl -X POST http://{host}:{}/api/v1/{}/telemetry -d '{{\"humidity\":40}}'",
+            http_addr.port(),
+            demo.access_token
+        );
+    }
+
+    tokio::spawn(crate::mqtt::run(state.clone(), mqtt));
+    let app = crate::api::router(state.clone());
+    axum::serve(http, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(ServeError::Http)?;
+    tracing::info!("shutting down: persisting state");
+    tokio::task::block_in_place(|| state.ingest.shutdown());
+    Ok(())
+}
+
+fn config_is_wildcard(addr: SocketAddr) -> bool {
+    addr.ip().is_unspecified()
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}

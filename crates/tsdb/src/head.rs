@@ -1,0 +1,123 @@
+//! The head: the in-memory, not yet sealed points of one series, plus the ingest-log positions
+//! ("sources") those points came from.
+//!
+//! Head data is NOT durable. The server replays its ingest log to rebuild heads after a crash,
+//! so each head remembers, per log partition, the lowest log position written into it since it
+//! was last sealed: the log may only be trimmed below the minimum over all heads (see
+//! `Tsdb::min_unsealed_source`).
+
+use fleetwire_model::Value;
+
+use crate::points::Points;
+
+/// Where a write came from: the ingest-log partition and the position of its record there.
+/// Opaque to the store; only compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Source {
+    pub partition: u16,
+    pub pos: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Head {
+    pub(crate) points: Points,
+    /// (partition, lowest position) of every write since the last seal. Almost always one
+    /// entry: a device's records all come from one partition.
+    pins: Vec<(u16, u64)>,
+}
+
+impl Head {
+    /// Writes a point (an equal ts replaces the value) and pins its source.
+    pub(crate) fn insert(&mut self, source: Source, ts: i64, value: &Value) {
+        self.points.upsert(ts, value);
+        self.pin(source);
+    }
+
+    fn pin(&mut self, source: Source) {
+        match self.pins.iter_mut().find(|(p, _)| *p == source.partition) {
+            Some((_, pos)) => *pos = (*pos).min(source.pos),
+            None => self.pins.push((source.partition, source.pos)),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.points.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.points.is_empty()
+    }
+
+    /// The lowest log position of `partition` this head holds data from.
+    pub(crate) fn min_source(&self, partition: u16) -> Option<u64> {
+        self.pins
+            .iter()
+            .find(|(p, _)| *p == partition)
+            .map(|&(_, pos)| pos)
+    }
+
+    pub(crate) fn pins(&self) -> &[(u16, u64)] {
+        &self.pins
+    }
+
+    /// Empties the head after its points were written to a chunk. A head sealed because it
+    /// was full keeps its buffers (its series is busy and will refill them); one sealed early
+    /// by a checkpoint gives them back, so idle series do not hold memory.
+    pub(crate) fn clear(&mut self, keep_capacity: bool) {
+        if keep_capacity {
+            self.points.clear();
+        } else {
+            self.points = Points::new();
+        }
+        self.pins.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins_keep_the_lowest_position_per_partition() {
+        let mut head = Head::default();
+        head.insert(
+            Source {
+                partition: 1,
+                pos: 50,
+            },
+            1,
+            &Value::Long(1),
+        );
+        head.insert(
+            Source {
+                partition: 1,
+                pos: 20,
+            },
+            2,
+            &Value::Long(2),
+        );
+        head.insert(
+            Source {
+                partition: 1,
+                pos: 70,
+            },
+            1,
+            &Value::Long(3),
+        );
+        head.insert(
+            Source {
+                partition: 2,
+                pos: 5,
+            },
+            3,
+            &Value::Long(4),
+        );
+        assert_eq!(head.min_source(1), Some(20));
+        assert_eq!(head.min_source(2), Some(5));
+        assert_eq!(head.min_source(3), None);
+        assert_eq!(head.len(), 3);
+        head.clear(false);
+        assert_eq!(head.min_source(1), None);
+        assert!(head.is_empty());
+    }
+}

@@ -1,0 +1,149 @@
+//! The series index: (entity, key) interned into a stable `SeriesId`, and the in-memory state
+//! of each series (head, latest value).
+//!
+//! The mapping is persisted in the `series` keyspace when a series is first written, so ids
+//! survive restarts: key = id (u64 big-endian), value = entity (u128 big-endian) + key (UTF-8).
+//! fjall's journal is one ordered log for all keyspaces, so a chunk can never be durable while
+//! the mapping naming its series is not.
+
+use std::collections::{BTreeMap, HashMap};
+
+use fleetwire_model::Value;
+
+use crate::head::Head;
+
+/// A stable, store-wide id of one (entity, key) series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SeriesId(pub u64);
+
+impl SeriesId {
+    pub(crate) fn to_key(self) -> [u8; 8] {
+        self.0.to_be_bytes()
+    }
+}
+
+/// Everything the store keeps in memory for one series.
+#[derive(Debug)]
+pub(crate) struct SeriesState {
+    pub(crate) id: SeriesId,
+    pub(crate) head: Head,
+    /// The point with the greatest ts ever written (last write wins on an equal ts).
+    pub(crate) latest: Option<(i64, Value)>,
+    /// `latest` changed since it was last written to the `latest` keyspace.
+    pub(crate) latest_dirty: bool,
+}
+
+impl SeriesState {
+    pub(crate) fn new(id: SeriesId) -> SeriesState {
+        SeriesState {
+            id,
+            head: Head::default(),
+            latest: None,
+            latest_dirty: false,
+        }
+    }
+
+    /// Updates the latest value with a written point.
+    pub(crate) fn observe(&mut self, ts: i64, value: &Value) {
+        let newer = match &self.latest {
+            Some((latest_ts, latest)) => ts > *latest_ts || (ts == *latest_ts && latest != value),
+            None => true,
+        };
+        if newer {
+            match &mut self.latest {
+                // Reuse the slot so a numeric latest is updated without allocating.
+                Some(slot) => {
+                    slot.0 = ts;
+                    slot.1.clone_from(value);
+                }
+                None => self.latest = Some((ts, value.clone())),
+            }
+            self.latest_dirty = true;
+        }
+    }
+}
+
+/// The series of one entity, in key order (`keys()` returns them in this order).
+pub(crate) type EntitySeries = BTreeMap<Box<str>, SeriesState>;
+
+/// One lock's worth of entities.
+#[derive(Debug, Default)]
+pub(crate) struct Shard {
+    pub(crate) entities: HashMap<u128, EntitySeries>,
+}
+
+impl Shard {
+    pub(crate) fn series(&self, entity: u128, key: &str) -> Option<&SeriesState> {
+        self.entities.get(&entity)?.get(key)
+    }
+
+    pub(crate) fn series_mut(&mut self, entity: u128, key: &str) -> Option<&mut SeriesState> {
+        self.entities.get_mut(&entity)?.get_mut(key)
+    }
+
+    pub(crate) fn all_series(&self) -> impl Iterator<Item = &SeriesState> {
+        self.entities.values().flat_map(|keys| keys.values())
+    }
+
+    pub(crate) fn all_series_mut(&mut self) -> impl Iterator<Item = &mut SeriesState> {
+        self.entities
+            .values_mut()
+            .flat_map(|keys| keys.values_mut())
+    }
+}
+
+/// Encodes a `series` keyspace value.
+pub(crate) fn encode_record(entity: u128, key: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + key.len());
+    out.extend_from_slice(&entity.to_be_bytes());
+    out.extend_from_slice(key.as_bytes());
+    out
+}
+
+/// Decodes a `series` keyspace entry into (id, entity, key).
+pub(crate) fn decode_record(key: &[u8], value: &[u8]) -> Result<(SeriesId, u128, String), String> {
+    let id: [u8; 8] = key
+        .try_into()
+        .map_err(|_| format!("series key of {} bytes", key.len()))?;
+    if value.len() < 16 {
+        return Err(format!("series value of {} bytes", value.len()));
+    }
+    let (entity, name) = value.split_at(16);
+    let mut e = [0u8; 16];
+    e.copy_from_slice(entity);
+    let name = std::str::from_utf8(name).map_err(|_| "series key is not UTF-8".to_owned())?;
+    Ok((
+        SeriesId(u64::from_be_bytes(id)),
+        u128::from_be_bytes(e),
+        name.to_owned(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_round_trip() {
+        let entity = 0x0123_4567_89ab_cdef_0011_2233_4455_6677u128;
+        let value = encode_record(entity, "batteryLevel");
+        let decoded = decode_record(&SeriesId(9).to_key(), &value).unwrap();
+        assert_eq!(decoded, (SeriesId(9), entity, "batteryLevel".to_owned()));
+        assert!(decode_record(&[1, 2], &value).is_err());
+        assert!(decode_record(&SeriesId(9).to_key(), &value[..10]).is_err());
+    }
+
+    #[test]
+    fn latest_keeps_max_ts_and_last_write_on_equal_ts() {
+        let mut s = SeriesState::new(SeriesId(1));
+        s.observe(10, &Value::Long(1));
+        s.observe(5, &Value::Long(2));
+        assert_eq!(s.latest, Some((10, Value::Long(1))));
+        s.latest_dirty = false;
+        s.observe(10, &Value::Long(1));
+        assert!(!s.latest_dirty, "rewriting the same point is not a change");
+        s.observe(10, &Value::Str("x".into()));
+        assert_eq!(s.latest, Some((10, Value::Str("x".into()))));
+        assert!(s.latest_dirty);
+    }
+}

@@ -1,0 +1,436 @@
+//! Chunk storage in fjall: where sealed chunks live and how a new chunk is merged with the ones
+//! already stored.
+//!
+//! Keyspaces: `series` (the series index, see `series.rs`), `latest` (see `latest.rs`) and one
+//! `chunks_YYYY_MM` keyspace per UTC month. In a month keyspace, key = series id (u64 BE) +
+//! chunk first ts (i64 with the sign bit flipped, BE, so byte order is time order), value =
+//! the chunk blob (`chunk.rs`). fjall 3 keyspaces are separate LSM trees sharing one journal,
+//! so a keyspace per month costs little, and retention drops a month with one
+//! `delete_keyspace` instead of deleting millions of keys.
+//!
+//! Invariants, relied on by queries: a chunk never spans two months, and the chunks of one
+//! series never overlap in time. Sealing keeps them by splitting points at month boundaries
+//! and by merging new points into any stored chunk whose range they fall in.
+
+use std::collections::BTreeMap;
+use std::ops::{Bound, ControlFlow};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fleetwire_model::Value;
+use parking_lot::RwLock;
+
+use crate::chunk::{self, Header};
+use crate::error::{Error, Result};
+use crate::month::{keyspace_name, month_of, next_month_start_ms, parse_keyspace_name};
+use crate::points::Points;
+use crate::query::Order;
+use crate::series::{self, SeriesId};
+
+/// Size of the chunks stored, as reported by `Tsdb::chunk_stats`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChunkStats {
+    pub chunk_count: u64,
+    pub point_count: u64,
+    /// Key + value bytes of all chunks (before fjall's own block overhead).
+    pub bytes: u64,
+}
+
+pub(crate) fn chunk_key(id: SeriesId, start_ts: i64) -> [u8; 16] {
+    let mut key = [0u8; 16];
+    key[..8].copy_from_slice(&id.to_key());
+    key[8..].copy_from_slice(&((start_ts as u64) ^ (1 << 63)).to_be_bytes());
+    key
+}
+
+fn key_start_ts(key: &[u8]) -> Option<i64> {
+    let ts: [u8; 8] = key.get(8..16)?.try_into().ok()?;
+    Some((u64::from_be_bytes(ts) ^ (1 << 63)) as i64)
+}
+
+/// A stored chunk found by a seek: its start ts (from the key), header and blob.
+struct Found {
+    start_ts: i64,
+    header: Header,
+    blob: fjall::Slice,
+}
+
+pub(crate) struct Store {
+    db: Database,
+    series: Keyspace,
+    latest: Keyspace,
+    months: RwLock<BTreeMap<i64, Keyspace>>,
+    chunk_points_max: usize,
+    /// Set after a failed write: the store then refuses writes (see `Error::Poisoned`).
+    poisoned: AtomicBool,
+}
+
+fn chunk_keyspace_options() -> KeyspaceCreateOptions {
+    // pco output does not compress further; LZ4 over it would only cost CPU.
+    KeyspaceCreateOptions::default()
+        .data_block_compression_policy(fjall::config::CompressionPolicy::disabled())
+}
+
+impl Store {
+    pub(crate) fn open(dir: &Path, chunk_points_max: usize) -> Result<Store> {
+        let db = Database::builder(dir)
+            .journal_compression(fjall::CompressionType::None)
+            .open()?;
+        let series = db.keyspace("series", KeyspaceCreateOptions::default)?;
+        let latest = db.keyspace("latest", KeyspaceCreateOptions::default)?;
+        let mut months = BTreeMap::new();
+        for name in db.list_keyspace_names() {
+            if let Some(month) = parse_keyspace_name(&name) {
+                months.insert(month, db.keyspace(&name, chunk_keyspace_options)?);
+            }
+        }
+        Ok(Store {
+            db,
+            series,
+            latest,
+            months: RwLock::new(months),
+            chunk_points_max,
+            poisoned: AtomicBool::new(false),
+        })
+    }
+
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        if self.poisoned.load(Ordering::Acquire) {
+            Err(Error::Poisoned)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Passes a result through, poisoning the store if the storage engine failed.
+    fn guard<T>(&self, result: Result<T>) -> Result<T> {
+        if let Err(Error::Store(e)) = &result {
+            tracing::error!(error = %e, "tsdb write failed; refusing further writes");
+            self.poisoned.store(true, Ordering::Release);
+        }
+        result
+    }
+
+    pub(crate) fn load_series(&self) -> Result<Vec<(SeriesId, u128, String)>> {
+        let mut out = Vec::new();
+        for guard in self.series.iter() {
+            let (key, value) = guard.into_inner()?;
+            let record = series::decode_record(&key, &value).map_err(|reason| Error::Corrupt {
+                location: format!("series/{key:?}"),
+                reason,
+            })?;
+            out.push(record);
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn insert_series(&self, id: SeriesId, entity: u128, key: &str) -> Result<()> {
+        self.check_writable()?;
+        let r = self
+            .series
+            .insert(id.to_key(), series::encode_record(entity, key));
+        self.guard(r.map_err(Error::from))
+    }
+
+    pub(crate) fn load_latest(&self) -> Result<Vec<(SeriesId, i64, Value)>> {
+        let mut out = Vec::new();
+        for guard in self.latest.iter() {
+            let (key, value) = guard.into_inner()?;
+            let location = || format!("latest/{key:?}");
+            let id: [u8; 8] = (*key).try_into().map_err(|_| Error::Corrupt {
+                location: location(),
+                reason: "key is not a series id".into(),
+            })?;
+            let (ts, value) = crate::latest::decode(&value).map_err(|reason| Error::Corrupt {
+                location: location(),
+                reason,
+            })?;
+            out.push((SeriesId(u64::from_be_bytes(id)), ts, value));
+        }
+        Ok(out)
+    }
+
+    /// Writes latest values in one batch, then fsyncs the journal: everything written to the
+    /// store before this call (chunks, series, these latest values) is durable when it returns.
+    pub(crate) fn write_latest_and_sync(&self, latest: Vec<(SeriesId, Vec<u8>)>) -> Result<()> {
+        self.check_writable()?;
+        let r = (|| {
+            if !latest.is_empty() {
+                let mut batch = self.db.batch();
+                for (id, value) in latest {
+                    batch.insert(&self.latest, id.to_key(), value);
+                }
+                batch.commit()?;
+            }
+            self.db.persist(PersistMode::SyncAll)?;
+            Ok(())
+        })();
+        self.guard(r)
+    }
+
+    fn month_keyspace(&self, month: i64) -> Result<Keyspace> {
+        if let Some(ks) = self.months.read().get(&month) {
+            return Ok(ks.clone());
+        }
+        let mut months = self.months.write();
+        if let Some(ks) = months.get(&month) {
+            return Ok(ks.clone());
+        }
+        let ks = self
+            .db
+            .keyspace(&keyspace_name(month), chunk_keyspace_options)?;
+        months.insert(month, ks.clone());
+        Ok(ks)
+    }
+
+    /// Writes a series' points (sorted, non-empty) as chunks, merging with stored chunks.
+    pub(crate) fn write_points(&self, id: SeriesId, points: &Points) -> Result<()> {
+        self.check_writable()?;
+        let mut i = 0;
+        while i < points.len() {
+            let month = month_of(points.ts()[i]);
+            let j = match next_month_start_ms(month) {
+                Some(next) => points.lower_bound(next),
+                None => points.len(),
+            };
+            let r = self
+                .month_keyspace(month)
+                .and_then(|ks| self.write_month(&ks, id, &points.slice(i, j)));
+            self.guard(r)?;
+            i = j;
+        }
+        Ok(())
+    }
+
+    /// Writes points of one month. Each step takes the points falling into one stored chunk's
+    /// range (merged into it, new points winning on an equal ts) or into the gap before the
+    /// next stored chunk (appended to the previous chunk while it has room, else new chunks),
+    /// so only chunks that really overlap are rewritten and series chunks never overlap.
+    fn write_month(&self, ks: &Keyspace, id: SeriesId, g: &Points) -> Result<()> {
+        let ts = g.ts();
+        let mut i = 0;
+        while i < g.len() {
+            let t = ts[i];
+            let pred = self.last_at_or_before(ks, id, t)?;
+            match pred {
+                Some(p) if p.header.last_ts >= t => {
+                    let j = ts.partition_point(|&x| x <= p.header.last_ts);
+                    let existing = self.decode(ks, id, &p)?;
+                    let merged = Points::merge(&existing, &g.slice(i, j));
+                    self.replace(ks, id, Some(p.start_ts), &merged)?;
+                    i = j;
+                }
+                pred => {
+                    let j = match self.first_after(ks, id, t)? {
+                        Some(next_start) => g.lower_bound(next_start),
+                        None => g.len(),
+                    };
+                    let run = g.slice(i, j);
+                    match pred {
+                        Some(p)
+                            if p.header.point_count as usize + run.len()
+                                <= self.chunk_points_max =>
+                        {
+                            let existing = self.decode(ks, id, &p)?;
+                            let merged = Points::merge(&existing, &run);
+                            self.replace(ks, id, Some(p.start_ts), &merged)?;
+                        }
+                        _ => self.replace(ks, id, None, &run)?,
+                    }
+                    i = j;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Atomically replaces the chunk starting at `old_start` (if any) by `points`, split into
+    /// balanced chunks of at most `chunk_points_max` points.
+    fn replace(
+        &self,
+        ks: &Keyspace,
+        id: SeriesId,
+        old_start: Option<i64>,
+        points: &Points,
+    ) -> Result<()> {
+        assert!(!points.is_empty(), "replace with no points");
+        let pieces = points.len().div_ceil(self.chunk_points_max.max(1));
+        let piece_len = points.len().div_ceil(pieces);
+        let mut batch = self.db.batch();
+        let mut overwritten = false;
+        let mut lo = 0;
+        while lo < points.len() {
+            let hi = (lo + piece_len).min(points.len());
+            let piece = points.slice(lo, hi);
+            let start = points.ts()[lo];
+            overwritten |= old_start == Some(start);
+            let blob = chunk::encode(&piece).map_err(|e| Error::Encode(e.0))?;
+            batch.insert(ks, chunk_key(id, start), blob);
+            lo = hi;
+        }
+        if let (Some(old), false) = (old_start, overwritten) {
+            batch.remove(ks, chunk_key(id, old));
+        }
+        batch.commit()?;
+        Ok(())
+    }
+
+    fn found(&self, ks: &Keyspace, id: SeriesId, guard: fjall::Guard) -> Result<Found> {
+        let (key, blob) = guard.into_inner()?;
+        let start_ts = key_start_ts(&key).ok_or_else(|| Error::Corrupt {
+            location: format!("{}/{key:?}", ks.name()),
+            reason: "chunk key is not 16 bytes".into(),
+        })?;
+        let header = chunk::header(&blob).map_err(|e| corrupt(ks, id, start_ts, e.0))?;
+        if header.first_ts != start_ts {
+            return Err(corrupt(
+                ks,
+                id,
+                start_ts,
+                format!("header starts at {}", header.first_ts),
+            ));
+        }
+        Ok(Found {
+            start_ts,
+            header,
+            blob,
+        })
+    }
+
+    fn decode(&self, ks: &Keyspace, id: SeriesId, found: &Found) -> Result<Points> {
+        chunk::decode(&found.blob).map_err(|e| corrupt(ks, id, found.start_ts, e.0))
+    }
+
+    /// The chunk of `id` with the greatest start ts `<= t`.
+    fn last_at_or_before(&self, ks: &Keyspace, id: SeriesId, t: i64) -> Result<Option<Found>> {
+        match ks
+            .range(chunk_key(id, i64::MIN)..=chunk_key(id, t))
+            .next_back()
+        {
+            Some(guard) => self.found(ks, id, guard).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The start ts of the first chunk of `id` starting after `t`.
+    fn first_after(&self, ks: &Keyspace, id: SeriesId, t: i64) -> Result<Option<i64>> {
+        let range = (
+            Bound::Excluded(chunk_key(id, t)),
+            Bound::Included(chunk_key(id, i64::MAX)),
+        );
+        match ks.range(range).next() {
+            Some(guard) => Ok(Some(self.found(ks, id, guard)?.start_ts)),
+            None => Ok(None),
+        }
+    }
+
+    /// Calls `f` with every stored chunk of `id` overlapping `[start, end)`, in `order`; the
+    /// chunks are whole (the caller clips them). Stops when `f` breaks.
+    pub(crate) fn scan(
+        &self,
+        id: SeriesId,
+        start: i64,
+        end: i64,
+        order: Order,
+        f: &mut dyn FnMut(&Points) -> ControlFlow<()>,
+    ) -> Result<ControlFlow<()>> {
+        if start >= end {
+            return Ok(ControlFlow::Continue(()));
+        }
+        let mut keyspaces: Vec<Keyspace> = self
+            .months
+            .read()
+            .range(month_of(start)..=month_of(end - 1))
+            .map(|(_, ks)| ks.clone())
+            .collect();
+        if order == Order::Desc {
+            keyspaces.reverse();
+        }
+        for ks in &keyspaces {
+            // Only the chunk holding `start` can begin before it.
+            let lo = match self.last_at_or_before(ks, id, start)? {
+                Some(p) if p.header.last_ts >= start => p.start_ts,
+                _ => start,
+            };
+            let range = ks.range(chunk_key(id, lo)..chunk_key(id, end));
+            let iter: Box<dyn Iterator<Item = fjall::Guard>> = match order {
+                Order::Asc => Box::new(range),
+                Order::Desc => Box::new(range.rev()),
+            };
+            for guard in iter {
+                let found = self.found(ks, id, guard)?;
+                let points = self.decode(ks, id, &found)?;
+                if f(&points).is_break() {
+                    return Ok(ControlFlow::Break(()));
+                }
+            }
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+
+    pub(crate) fn chunk_stats(&self) -> Result<ChunkStats> {
+        let keyspaces: Vec<Keyspace> = self.months.read().values().cloned().collect();
+        let mut stats = ChunkStats::default();
+        for ks in &keyspaces {
+            for guard in ks.iter() {
+                let (key, blob) = guard.into_inner()?;
+                let header = chunk::header(&blob).map_err(|e| Error::Corrupt {
+                    location: format!("{}/{key:?}", ks.name()),
+                    reason: e.0,
+                })?;
+                stats.chunk_count += 1;
+                stats.point_count += u64::from(header.point_count);
+                stats.bytes += (key.len() + blob.len()) as u64;
+            }
+        }
+        Ok(stats)
+    }
+
+    /// Drops every month keyspace that ends at or before `cutoff_ms`; returns how many.
+    pub(crate) fn drop_months_before(&self, cutoff_ms: i64) -> Result<usize> {
+        self.check_writable()?;
+        let mut months = self.months.write();
+        let doomed: Vec<i64> = months
+            .keys()
+            .copied()
+            .filter(|&m| next_month_start_ms(m).is_some_and(|next| next <= cutoff_ms))
+            .collect();
+        for month in &doomed {
+            if let Some(ks) = months.remove(month) {
+                let r = self.db.delete_keyspace(ks).map_err(Error::from);
+                self.guard(r)?;
+            }
+        }
+        Ok(doomed.len())
+    }
+}
+
+fn corrupt(ks: &Keyspace, id: SeriesId, start_ts: i64, reason: String) -> Error {
+    Error::Corrupt {
+        location: format!("{}/series {}/chunk {start_ts}", ks.name(), id.0),
+        reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_keys_sort_by_series_then_time() {
+        let id = SeriesId(7);
+        let keys = [
+            chunk_key(SeriesId(6), i64::MAX),
+            chunk_key(id, i64::MIN),
+            chunk_key(id, -1),
+            chunk_key(id, 0),
+            chunk_key(id, 1_700_000_000_000),
+            chunk_key(id, i64::MAX),
+            chunk_key(SeriesId(8), i64::MIN),
+        ];
+        assert!(keys.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(key_start_ts(&chunk_key(id, -5)), Some(-5));
+        assert_eq!(key_start_ts(&[0; 3]), None);
+    }
+}

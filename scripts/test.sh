@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The one test command: formatting, lints, unit tests, fuzz-target build, release binary, black-box tests.
+#
+#   scripts/test.sh               everything, in order, stopping at the first failing step
+#   scripts/test.sh --quick       skip fmt, clippy and the fuzz build
+#   scripts/test.sh --e2e-only    only build the release binary and run tests/e2e
+#   scripts/test.sh -- ARGS...    extra arguments for pytest (e.g. -- -m crash, -- -k paho)
+#
+# The e2e tests need `mosquitto_pub` (Debian: apt-get install mosquitto-clients) and Python 3.10+; their Python
+# packages are installed into .venv from tests/e2e/requirements.txt (only when that file changed). Set
+# FLEETWIRE_BIN to test another binary than target/release/fleetwire.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+quick=0
+e2e_only=0
+pytest_args=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --quick) quick=1 ;;
+        --e2e-only) e2e_only=1 ;;
+        --) shift; pytest_args=("$@"); break ;;
+        -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+        *) echo "unknown option: $1 (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+started=$SECONDS
+section() {
+    printf '\n==== [%4ss] %s ====\n' "$((SECONDS - started))" "$*"
+}
+
+if [ "$e2e_only" = 0 ]; then
+    if [ "$quick" = 0 ]; then
+        section "cargo fmt --check"
+        cargo fmt --all -- --check
+
+        section "cargo clippy (warnings are errors)"
+        cargo clippy --workspace --all-targets -- -D warnings
+    fi
+
+    section "cargo test --workspace"
+    cargo test --workspace
+
+    if [ "$quick" = 0 ]; then
+        if [ -x scripts/fuzz-build.sh ]; then
+            section "fuzz targets build (scripts/fuzz-build.sh)"
+            scripts/fuzz-build.sh
+        else
+            section "fuzz targets build: skipped (scripts/fuzz-build.sh absent or not executable)"
+        fi
+    fi
+fi
+
+if [ -z "${FLEETWIRE_BIN:-}" ]; then
+    section "cargo build --release -p fleetwire"
+    cargo build --release -p fleetwire
+    export FLEETWIRE_BIN="$ROOT/target/release/fleetwire"
+else
+    section "using FLEETWIRE_BIN=$FLEETWIRE_BIN (no release build)"
+fi
+
+section "python venv (.venv)"
+VENV="$ROOT/.venv"
+REQS="$ROOT/tests/e2e/requirements.txt"
+PYTHON=${PYTHON:-python3}
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PYTHON" -m venv "$VENV"
+fi
+want=$(sha256sum "$REQS" | cut -d' ' -f1)
+have=$(cat "$VENV/.requirements.sha256" 2>/dev/null || true)
+if [ "$want" != "$have" ]; then
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQS"
+    echo "$want" > "$VENV/.requirements.sha256"
+    echo "installed tests/e2e/requirements.txt into .venv"
+else
+    echo ".venv is up to date with tests/e2e/requirements.txt"
+fi
+
+if ! command -v mosquitto_pub > /dev/null; then
+    echo "warning: mosquitto_pub not found (apt-get install mosquitto-clients); its tests will fail" >&2
+fi
+
+section "pytest tests/e2e"
+# Last step on purpose: pytest's summary line ("N passed ...") is the last line of the run.
+"$VENV/bin/python" -m pytest tests/e2e ${pytest_args[@]+"${pytest_args[@]}"}
