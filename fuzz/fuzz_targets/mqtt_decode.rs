@@ -12,7 +12,11 @@ fuzz_target!(|data: &[u8]| {
     let Some((&limit, data)) = data.split_first() else {
         return;
     };
-    let max_packet_bytes = if limit == 0xFF { usize::MAX } else { usize::from(limit) * 16 };
+    let max_packet_bytes = if limit == 0xFF {
+        usize::MAX
+    } else {
+        usize::from(limit) * 16
+    };
     for protocol in [Protocol::V31, Protocol::V311, Protocol::V5] {
         let mut buf = BytesMut::from(data);
         while let Ok(Some(packet)) = decode(&mut buf, protocol, max_packet_bytes) {

@@ -56,7 +56,8 @@ impl Entities {
     pub fn bootstrap(&self, spec: &BootstrapSpec) -> Result<BootstrapReport, EntityError> {
         let mut report = BootstrapReport::default();
         if self.users_with_authority(Authority::SysAdmin)?.is_empty() {
-            let password = self.initial_password(&spec.sysadmin_email, &spec.sysadmin_password, &mut report);
+            let password =
+                self.initial_password(&spec.sysadmin_email, &spec.sysadmin_password, &mut report);
             self.create_user(&NewUser::sysadmin(&spec.sysadmin_email, &password))?;
             report.created_users.push(spec.sysadmin_email.clone());
         }
@@ -70,8 +71,16 @@ impl Entities {
             .iter()
             .any(|u| u.tenant_id == tenant.id);
         if !has_admin {
-            let password = self.initial_password(&spec.tenant_admin_email, &spec.tenant_admin_password, &mut report);
-            self.create_user(&NewUser::tenant_admin(tenant.id, &spec.tenant_admin_email, &password))?;
+            let password = self.initial_password(
+                &spec.tenant_admin_email,
+                &spec.tenant_admin_password,
+                &mut report,
+            );
+            self.create_user(&NewUser::tenant_admin(
+                tenant.id,
+                &spec.tenant_admin_email,
+                &password,
+            ))?;
             report.created_users.push(spec.tenant_admin_email.clone());
         }
         if !spec.demo {
@@ -79,7 +88,11 @@ impl Entities {
         }
         let demo_users = [
             NewUser::sysadmin(DEMO_SYSADMIN_EMAIL, DEMO_SYSADMIN_PASSWORD),
-            NewUser::tenant_admin(tenant.id, DEMO_TENANT_ADMIN_EMAIL, DEMO_TENANT_ADMIN_PASSWORD),
+            NewUser::tenant_admin(
+                tenant.id,
+                DEMO_TENANT_ADMIN_EMAIL,
+                DEMO_TENANT_ADMIN_PASSWORD,
+            ),
         ];
         for user in demo_users {
             if self.user_by_email(&user.email)?.is_none() {
@@ -91,12 +104,19 @@ impl Entities {
         Ok(report)
     }
 
-    fn initial_password(&self, email: &str, configured: &str, report: &mut BootstrapReport) -> String {
+    fn initial_password(
+        &self,
+        email: &str,
+        configured: &str,
+        report: &mut BootstrapReport,
+    ) -> String {
         if !configured.is_empty() {
             return configured.to_string();
         }
         let password = random_alphanumeric(16);
-        report.generated_passwords.push((email.to_string(), password.clone()));
+        report
+            .generated_passwords
+            .push((email.to_string(), password.clone()));
         password
     }
 
@@ -154,16 +174,29 @@ mod tests {
     fn first_start_then_idempotent() {
         let e = Entities::open_in_memory().unwrap();
         let report = e.bootstrap(&spec(false)).unwrap();
-        assert_eq!(report.created_users, ["sysadmin@fleetwire.local", "tenant@fleetwire.local"]);
-        assert_eq!(report.generated_passwords.len(), 1, "only the empty password is generated");
+        assert_eq!(
+            report.created_users,
+            ["sysadmin@fleetwire.local", "tenant@fleetwire.local"]
+        );
+        assert_eq!(
+            report.generated_passwords.len(),
+            1,
+            "only the empty password is generated"
+        );
         let (email, password) = &report.generated_passwords[0];
         assert_eq!(email, "sysadmin@fleetwire.local");
         let admin = e.check_password(email, password).unwrap().unwrap();
         assert_eq!(admin.authority, Authority::SysAdmin);
-        let tenant_admin = e.check_password("tenant@fleetwire.local", "configured").unwrap().unwrap();
+        let tenant_admin = e
+            .check_password("tenant@fleetwire.local", "configured")
+            .unwrap()
+            .unwrap();
         assert_eq!(tenant_admin.tenant_id, report.tenant_id);
         assert_eq!(e.tenant(report.tenant_id).unwrap().unwrap().title, "Tenant");
-        assert!(e.default_device_profile(report.tenant_id).unwrap().is_some());
+        assert!(e
+            .default_device_profile(report.tenant_id)
+            .unwrap()
+            .is_some());
         assert!(report.demo.is_none());
         assert!(e.user_by_email(DEMO_TENANT_ADMIN_EMAIL).unwrap().is_none());
 
@@ -181,16 +214,31 @@ mod tests {
         let e = Entities::open_in_memory().unwrap();
         e.bootstrap(&spec(false)).unwrap();
         let report = e.bootstrap(&spec(true)).unwrap();
-        assert_eq!(report.created_users, [DEMO_SYSADMIN_EMAIL, DEMO_TENANT_ADMIN_EMAIL]);
-        let tenant = e.check_password(DEMO_TENANT_ADMIN_EMAIL, "tenant").unwrap().unwrap();
-        assert_eq!((tenant.authority, tenant.tenant_id), (Authority::TenantAdmin, report.tenant_id));
-        let sys = e.check_password(DEMO_SYSADMIN_EMAIL, "sysadmin").unwrap().unwrap();
+        assert_eq!(
+            report.created_users,
+            [DEMO_SYSADMIN_EMAIL, DEMO_TENANT_ADMIN_EMAIL]
+        );
+        let tenant = e
+            .check_password(DEMO_TENANT_ADMIN_EMAIL, "tenant")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (tenant.authority, tenant.tenant_id),
+            (Authority::TenantAdmin, report.tenant_id)
+        );
+        let sys = e
+            .check_password(DEMO_SYSADMIN_EMAIL, "sysadmin")
+            .unwrap()
+            .unwrap();
         assert_eq!(sys.authority, Authority::SysAdmin);
         let demo = report.demo.unwrap();
         assert!(demo.created);
         assert_eq!(demo.access_token, DEMO_DEVICE_TOKEN);
         let auth = e.device_by_access_token(DEMO_DEVICE_TOKEN).unwrap();
-        assert_eq!((auth.device_id, auth.name.as_str()), (demo.id, DEMO_DEVICE_NAME));
+        assert_eq!(
+            (auth.device_id, auth.name.as_str()),
+            (demo.id, DEMO_DEVICE_NAME)
+        );
 
         let again = e.bootstrap(&spec(true)).unwrap();
         assert!(again.created_users.is_empty());
@@ -210,7 +258,11 @@ mod tests {
         let report = e.bootstrap(&s).unwrap();
         assert_eq!(
             report.created_users,
-            ["sysadmin@fleetwire.local", DEMO_TENANT_ADMIN_EMAIL, DEMO_SYSADMIN_EMAIL]
+            [
+                "sysadmin@fleetwire.local",
+                DEMO_TENANT_ADMIN_EMAIL,
+                DEMO_SYSADMIN_EMAIL
+            ]
         );
     }
 }

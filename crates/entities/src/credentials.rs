@@ -74,7 +74,11 @@ impl CredentialsDraft {
         }
     }
 
-    pub fn mqtt_basic(client_id: Option<&str>, user_name: Option<&str>, password: Option<&str>) -> CredentialsDraft {
+    pub fn mqtt_basic(
+        client_id: Option<&str>,
+        user_name: Option<&str>,
+        password: Option<&str>,
+    ) -> CredentialsDraft {
         let value = BasicMqtt {
             client_id: client_id.map(str::to_string),
             user_name: user_name.map(str::to_string),
@@ -125,7 +129,10 @@ pub(crate) fn sha3_hex(text: &str) -> String {
 
 /// ThingsBoard's credentials id of MQTT_BASIC credentials: the user name alone when there is no client id,
 /// else the SHA3 of the client id, or of `clientId|userName` when both are given.
-pub fn mqtt_basic_credentials_id(client_id: Option<&str>, user_name: Option<&str>) -> Option<String> {
+pub fn mqtt_basic_credentials_id(
+    client_id: Option<&str>,
+    user_name: Option<&str>,
+) -> Option<String> {
     match (client_id, user_name) {
         (None, None) => None,
         (None, Some(user)) => Some(user.to_string()),
@@ -138,8 +145,9 @@ pub fn mqtt_basic_credentials_id(client_id: Option<&str>, user_name: Option<&str
 fn format(draft: &CredentialsDraft) -> Result<(String, Option<String>), EntityError> {
     match draft.credentials_type {
         CredentialsType::AccessToken => {
-            let token = non_empty(&draft.credentials_id)
-                .ok_or_else(|| EntityError::invalid("Device credentials id should be specified!"))?;
+            let token = non_empty(&draft.credentials_id).ok_or_else(|| {
+                EntityError::invalid("Device credentials id should be specified!")
+            })?;
             Ok((token.to_string(), None))
         }
         CredentialsType::MqttBasic => {
@@ -147,23 +155,35 @@ fn format(draft: &CredentialsDraft) -> Result<(String, Option<String>), EntityEr
                 .credentials_value
                 .as_deref()
                 .and_then(|v| serde_json::from_str(v).ok())
-                .ok_or_else(|| EntityError::invalid("Invalid credentials body for simple mqtt credentials!"))?;
-            if basic.client_id().is_some() && basic.password().is_some() && basic.user_name().is_none() {
-                return Err(EntityError::invalid("Password cannot be specified along with client id"));
+                .ok_or_else(|| {
+                    EntityError::invalid("Invalid credentials body for simple mqtt credentials!")
+                })?;
+            if basic.client_id().is_some()
+                && basic.password().is_some()
+                && basic.user_name().is_none()
+            {
+                return Err(EntityError::invalid(
+                    "Password cannot be specified along with client id",
+                ));
             }
-            let id = mqtt_basic_credentials_id(basic.client_id(), basic.user_name())
-                .ok_or_else(|| EntityError::invalid("Both mqtt client id and user name are empty!"))?;
-            let value = serde_json::to_string(&basic).map_err(|e| EntityError::Invalid(e.to_string()))?;
+            let id = mqtt_basic_credentials_id(basic.client_id(), basic.user_name()).ok_or_else(
+                || EntityError::invalid("Both mqtt client id and user name are empty!"),
+            )?;
+            let value =
+                serde_json::to_string(&basic).map_err(|e| EntityError::Invalid(e.to_string()))?;
             Ok((id, Some(value)))
         }
-        CredentialsType::X509Certificate | CredentialsType::Lwm2mCredentials => Err(EntityError::Invalid(format!(
-            "{} credentials are not supported",
-            draft.credentials_type.as_str()
-        ))),
+        CredentialsType::X509Certificate | CredentialsType::Lwm2mCredentials => {
+            Err(EntityError::Invalid(format!(
+                "{} credentials are not supported",
+                draft.credentials_type.as_str()
+            )))
+        }
     }
 }
 
-const COLUMNS: &str = "id, created_time, device_id, credentials_type, credentials_id, credentials_value, version";
+const COLUMNS: &str =
+    "id, created_time, device_id, credentials_type, credentials_id, credentials_value, version";
 
 fn from_row(row: &Row) -> rusqlite::Result<DeviceCredentials> {
     let kind: String = row.get(3)?;
@@ -231,7 +251,11 @@ fn write(conn: &Connection, c: &DeviceCredentials) -> Result<(), EntityError> {
 }
 
 /// Creates the credentials of a new device, inside the caller's transaction.
-pub(crate) fn insert(conn: &Connection, device_id: Uuid, draft: &CredentialsDraft) -> Result<DeviceCredentials, EntityError> {
+pub(crate) fn insert(
+    conn: &Connection,
+    device_id: Uuid,
+    draft: &CredentialsDraft,
+) -> Result<DeviceCredentials, EntityError> {
     let (credentials_id, credentials_value) = format(draft)?;
     let credentials = DeviceCredentials {
         id: Uuid::new_v4(),
@@ -249,7 +273,10 @@ pub(crate) fn insert(conn: &Connection, device_id: Uuid, draft: &CredentialsDraf
 
 impl Entities {
     /// The credentials of a device (the caller checks the device's tenant).
-    pub fn device_credentials(&self, device_id: Uuid) -> Result<Option<DeviceCredentials>, EntityError> {
+    pub fn device_credentials(
+        &self,
+        device_id: Uuid,
+    ) -> Result<Option<DeviceCredentials>, EntityError> {
         self.with_conn(|conn| of_device(conn, device_id))
     }
 
@@ -264,10 +291,13 @@ impl Entities {
         let (updated, changed) = self.with_conn_and_cache(|conn, cache| {
             let tx = conn.transaction()?;
             device::of_tenant(&tx, tenant_id, device_id)?;
-            let old = of_device(&tx, device_id)?
-                .ok_or_else(|| EntityError::invalid("Unable to update non-existent device credentials!"))?;
+            let old = of_device(&tx, device_id)?.ok_or_else(|| {
+                EntityError::invalid("Unable to update non-existent device credentials!")
+            })?;
             if draft.id.is_some_and(|id| id != old.id) {
-                return Err(EntityError::invalid("Unable to update non-existent device credentials!"));
+                return Err(EntityError::invalid(
+                    "Unable to update non-existent device credentials!",
+                ));
             }
             if draft.version.is_some_and(|v| v != old.version) {
                 return Err(EntityError::VersionConflict(
@@ -286,8 +316,15 @@ impl Entities {
             write(&tx, &updated)?;
             tx.commit()?;
             cache.write().put_credentials(&updated);
-            let changed = (old.credentials_type, &old.credentials_id, &old.credentials_value)
-                != (updated.credentials_type, &updated.credentials_id, &updated.credentials_value);
+            let changed = (
+                old.credentials_type,
+                &old.credentials_id,
+                &old.credentials_value,
+            ) != (
+                updated.credentials_type,
+                &updated.credentials_id,
+                &updated.credentials_value,
+            );
             Ok((updated, changed))
         })?;
         if changed {
@@ -312,16 +349,30 @@ mod tests {
 
     #[test]
     fn mqtt_basic_formatting_rules() {
-        let fmt = |c: Option<&str>, u: Option<&str>, p: Option<&str>| format(&CredentialsDraft::mqtt_basic(c, u, p));
+        let fmt = |c: Option<&str>, u: Option<&str>, p: Option<&str>| {
+            format(&CredentialsDraft::mqtt_basic(c, u, p))
+        };
         let (id, value) = fmt(None, Some("user"), Some("pw")).unwrap();
         assert_eq!(id, "user");
-        assert_eq!(value.unwrap(), r#"{"clientId":null,"userName":"user","password":"pw"}"#);
+        assert_eq!(
+            value.unwrap(),
+            r#"{"clientId":null,"userName":"user","password":"pw"}"#
+        );
         assert_eq!(fmt(Some("c"), None, None).unwrap().0, sha3_hex("c"));
-        assert_eq!(fmt(Some("c"), Some("u"), Some("p")).unwrap().0, sha3_hex("c|u"));
+        assert_eq!(
+            fmt(Some("c"), Some("u"), Some("p")).unwrap().0,
+            sha3_hex("c|u")
+        );
         let err = fmt(None, None, Some("p")).unwrap_err();
-        assert_eq!(err.to_string(), "Both mqtt client id and user name are empty!");
+        assert_eq!(
+            err.to_string(),
+            "Both mqtt client id and user name are empty!"
+        );
         let err = fmt(Some("c"), None, Some("p")).unwrap_err();
-        assert_eq!(err.to_string(), "Password cannot be specified along with client id");
+        assert_eq!(
+            err.to_string(),
+            "Password cannot be specified along with client id"
+        );
         // Empty strings count as absent.
         assert!(fmt(Some(""), Some(""), None).is_err());
         let bad = CredentialsDraft {

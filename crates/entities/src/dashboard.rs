@@ -68,7 +68,11 @@ fn of_tenant(conn: &Connection, tenant_id: Uuid, id: Uuid) -> Result<Dashboard, 
 
 impl Entities {
     /// Creates or updates a dashboard of `tenant_id`.
-    pub fn save_dashboard(&self, tenant_id: Uuid, draft: &DashboardDraft) -> Result<Dashboard, EntityError> {
+    pub fn save_dashboard(
+        &self,
+        tenant_id: Uuid,
+        draft: &DashboardDraft,
+    ) -> Result<Dashboard, EntityError> {
         if draft.title.trim().is_empty() {
             return Err(EntityError::invalid("Dashboard title should be specified!"));
         }
@@ -78,7 +82,10 @@ impl Entities {
         }
         self.with_conn(|conn| {
             let tx = conn.transaction()?;
-            let old = draft.id.map(|id| of_tenant(&tx, tenant_id, id)).transpose()?;
+            let old = draft
+                .id
+                .map(|id| of_tenant(&tx, tenant_id, id))
+                .transpose()?;
             if let (Some(old), Some(version)) = (&old, draft.version) {
                 if old.version != version {
                     return Err(EntityError::VersionConflict(
@@ -124,9 +131,17 @@ impl Entities {
     }
 
     /// A page of the tenant's dashboards; text search on the title.
-    pub fn dashboards(&self, tenant_id: Uuid, query: &PageQuery) -> Result<PageData<Dashboard>, EntityError> {
+    pub fn dashboards(
+        &self,
+        tenant_id: Uuid,
+        query: &PageQuery,
+    ) -> Result<PageData<Dashboard>, EntityError> {
         let order = query.order_limit(
-            &[("createdTime", "created_time"), ("title", "title"), ("name", "title")],
+            &[
+                ("createdTime", "created_time"),
+                ("title", "title"),
+                ("name", "title"),
+            ],
             "created_time",
             "rowid",
         )?;
@@ -138,8 +153,12 @@ impl Entities {
                 args,
                 |r| r.get(0),
             )?;
-            let mut stmt = conn.prepare(&format!("SELECT {COLUMNS} FROM dashboard WHERE {filter} {order}"))?;
-            let rows = stmt.query_map(args, from_row)?.collect::<Result<Vec<_>, _>>()?;
+            let mut stmt = conn.prepare(&format!(
+                "SELECT {COLUMNS} FROM dashboard WHERE {filter} {order}"
+            ))?;
+            let rows = stmt
+                .query_map(args, from_row)?
+                .collect::<Result<Vec<_>, _>>()?;
             Ok(query.page_of(rows, total))
         })
     }
@@ -170,21 +189,33 @@ mod tests {
         assert_eq!(got, d);
         assert_eq!(got.body["configuration"], config);
         assert_eq!(got.body["mobileHide"], json!(true));
-        assert!(!got.body.contains_key("id"), "server fields are not stored in the body");
+        assert!(
+            !got.body.contains_key("id"),
+            "server fields are not stored in the body"
+        );
 
         let mut update = draft("Fleet 2", json!({"configuration": {}}));
         update.id = Some(d.id);
         update.version = Some(1);
         let d2 = e.save_dashboard(t, &update).unwrap();
-        assert_eq!((d2.version, d2.title.as_str(), d2.created_time), (2, "Fleet 2", d.created_time));
+        assert_eq!(
+            (d2.version, d2.title.as_str(), d2.created_time),
+            (2, "Fleet 2", d.created_time)
+        );
         let err = e.save_dashboard(t, &update).unwrap_err();
         assert!(matches!(err, EntityError::VersionConflict(_)), "{err}");
 
         let other = e.create_tenant("Other").unwrap().id;
-        assert!(matches!(e.delete_dashboard(other, d.id), Err(EntityError::NotFound(_))));
+        assert!(matches!(
+            e.delete_dashboard(other, d.id),
+            Err(EntityError::NotFound(_))
+        ));
         e.delete_dashboard(t, d.id).unwrap();
         assert!(e.dashboard(d.id).unwrap().is_none());
-        assert!(matches!(e.delete_dashboard(t, d.id), Err(EntityError::NotFound(_))));
+        assert!(matches!(
+            e.delete_dashboard(t, d.id),
+            Err(EntityError::NotFound(_))
+        ));
         assert!(e.save_dashboard(t, &draft(" ", json!({}))).is_err());
     }
 
@@ -195,11 +226,16 @@ mod tests {
         for title in ["Meters", "Trackers", "PLC meters"] {
             e.save_dashboard(t, &draft(title, json!({}))).unwrap();
         }
-        let page = e.dashboards(t, &PageQuery::new(10, 0).with_text_search("METER")).unwrap();
+        let page = e
+            .dashboards(t, &PageQuery::new(10, 0).with_text_search("METER"))
+            .unwrap();
         let titles: Vec<_> = page.data.iter().map(|d| d.title.as_str()).collect();
         assert_eq!(titles, ["Meters", "PLC meters"]);
         let page = e.dashboards(t, &PageQuery::new(1, 1)).unwrap();
-        assert_eq!((page.total_elements, page.total_pages, page.has_next), (3, 3, true));
+        assert_eq!(
+            (page.total_elements, page.total_pages, page.has_next),
+            (3, 3, true)
+        );
         assert_eq!(page.data[0].title, "Trackers");
     }
 }

@@ -82,7 +82,8 @@ const SELECT: &str = "SELECT d.id, d.created_time, d.tenant_id, d.customer_id, d
     d.device_profile_id, p.name, d.device_data, d.firmware_id, d.software_id, d.external_id, \
     d.additional_info, d.version FROM device d JOIN device_profile p ON p.id = d.device_profile_id";
 
-const WRITE_COLUMNS: &str = "id, created_time, tenant_id, customer_id, name, label, device_profile_id, \
+const WRITE_COLUMNS: &str =
+    "id, created_time, tenant_id, customer_id, name, label, device_profile_id, \
     device_data, firmware_id, software_id, external_id, additional_info, version";
 
 fn from_row(row: &Row) -> rusqlite::Result<Device> {
@@ -106,12 +107,20 @@ fn from_row(row: &Row) -> rusqlite::Result<Device> {
 
 pub(crate) fn by_id(conn: &Connection, id: Uuid) -> Result<Option<Device>, EntityError> {
     Ok(conn
-        .query_row(&format!("{SELECT} WHERE d.id = ?1"), [id.to_string()], from_row)
+        .query_row(
+            &format!("{SELECT} WHERE d.id = ?1"),
+            [id.to_string()],
+            from_row,
+        )
         .optional()?)
 }
 
 /// The device of `tenant_id` with this id, or NotFound.
-pub(crate) fn of_tenant(conn: &Connection, tenant_id: Uuid, id: Uuid) -> Result<Device, EntityError> {
+pub(crate) fn of_tenant(
+    conn: &Connection,
+    tenant_id: Uuid,
+    id: Uuid,
+) -> Result<Device, EntityError> {
     match by_id(conn, id)? {
         Some(device) if device.tenant_id == tenant_id => Ok(device),
         _ => Err(EntityError::not_found("Device", id)),
@@ -130,7 +139,9 @@ pub(crate) fn all(conn: &Connection) -> Result<Vec<Device>, EntityError> {
 fn synced_device_data(given: Option<&Value>, profile: &DeviceProfile) -> Value {
     let fits = given.is_some_and(|data| {
         data.pointer("/configuration/type").and_then(Value::as_str) == Some("DEFAULT")
-            && data.pointer("/transportConfiguration/type").and_then(Value::as_str)
+            && data
+                .pointer("/transportConfiguration/type")
+                .and_then(Value::as_str)
                 == Some(profile.transport_type.as_str())
     });
     match given {
@@ -142,17 +153,24 @@ fn synced_device_data(given: Option<&Value>, profile: &DeviceProfile) -> Value {
     }
 }
 
-fn resolve_profile(conn: &Connection, tenant_id: Uuid, draft: &DeviceDraft) -> Result<DeviceProfile, EntityError> {
+fn resolve_profile(
+    conn: &Connection,
+    tenant_id: Uuid,
+    draft: &DeviceDraft,
+) -> Result<DeviceProfile, EntityError> {
     if let Some(id) = draft.profile_id {
         return match profile::by_id(conn, id)? {
             Some(p) if p.tenant_id == tenant_id => Ok(p),
-            _ => Err(EntityError::invalid("Device is referencing non existing device profile!")),
+            _ => Err(EntityError::invalid(
+                "Device is referencing non existing device profile!",
+            )),
         };
     }
     match draft.type_name.as_deref().filter(|t| !t.trim().is_empty()) {
         Some(name) => profile::find_or_create(conn, tenant_id, name),
-        None => profile::default_of(conn, tenant_id)?
-            .ok_or_else(|| EntityError::invalid("Default device profile is not found for the tenant!")),
+        None => profile::default_of(conn, tenant_id)?.ok_or_else(|| {
+            EntityError::invalid("Default device profile is not found for the tenant!")
+        }),
     }
 }
 
@@ -167,10 +185,15 @@ fn save(
     if draft.name.trim().is_empty() {
         return Err(EntityError::invalid("Device name should be specified!"));
     }
-    let old = draft.id.map(|id| of_tenant(conn, tenant_id, id)).transpose()?;
+    let old = draft
+        .id
+        .map(|id| of_tenant(conn, tenant_id, id))
+        .transpose()?;
     if let (Some(old), Some(version)) = (&old, draft.version) {
         if old.version != version {
-            return Err(EntityError::VersionConflict("Device was already changed by someone else".into()));
+            return Err(EntityError::VersionConflict(
+                "Device was already changed by someone else".into(),
+            ));
         }
     }
     let profile = resolve_profile(conn, tenant_id, draft)?;
@@ -181,7 +204,9 @@ fn save(
         |r| r.get(0),
     )?;
     if taken {
-        return Err(EntityError::AlreadyExists("Device with such name already exists!".into()));
+        return Err(EntityError::AlreadyExists(
+            "Device with such name already exists!".into(),
+        ));
     }
     let device = Device {
         id,
@@ -266,7 +291,11 @@ impl Entities {
         self.with_conn(|conn| by_id(conn, device_id))
     }
 
-    pub fn device_by_name(&self, tenant_id: Uuid, name: &str) -> Result<Option<Device>, EntityError> {
+    pub fn device_by_name(
+        &self,
+        tenant_id: Uuid,
+        name: &str,
+    ) -> Result<Option<Device>, EntityError> {
         self.with_conn(|conn| {
             Ok(conn
                 .query_row(
@@ -279,7 +308,11 @@ impl Entities {
     }
 
     /// The tenant's devices among `ids`, in the order given; unknown ids are skipped.
-    pub fn devices_by_ids(&self, tenant_id: Uuid, ids: &[Uuid]) -> Result<Vec<Device>, EntityError> {
+    pub fn devices_by_ids(
+        &self,
+        tenant_id: Uuid,
+        ids: &[Uuid],
+    ) -> Result<Vec<Device>, EntityError> {
         self.with_conn(|conn| {
             let mut found = Vec::with_capacity(ids.len());
             for id in ids {

@@ -133,7 +133,8 @@ impl AuthCache {
                 kind,
             },
         );
-        self.credentials_of_device.insert(c.device_id, c.credentials_id.clone());
+        self.credentials_of_device
+            .insert(c.device_id, c.credentials_id.clone());
     }
 
     pub(crate) fn remove_device(&mut self, device_id: Uuid) {
@@ -148,10 +149,18 @@ impl AuthCache {
     }
 
     /// MQTT_BASIC credentials stored under `credentials_id`, if the presented values satisfy them.
-    fn basic(&self, credentials_id: &str, client_id: &str, user: Option<&str>, password: Option<&[u8]>) -> Option<DeviceAuth> {
+    fn basic(
+        &self,
+        credentials_id: &str,
+        client_id: &str,
+        user: Option<&str>,
+        password: Option<&[u8]>,
+    ) -> Option<DeviceAuth> {
         let cached = self.credentials.get(credentials_id)?;
         match &cached.kind {
-            Kind::MqttBasic(basic) if basic_matches(basic, client_id, user, password) => self.device(cached),
+            Kind::MqttBasic(basic) if basic_matches(basic, client_id, user, password) => {
+                self.device(cached)
+            }
             _ => None,
         }
     }
@@ -159,7 +168,12 @@ impl AuthCache {
 
 /// ThingsBoard's check of presented values against MQTT_BASIC credentials: each configured part must
 /// match; no configured password means any password is accepted.
-fn basic_matches(basic: &BasicMqtt, client_id: &str, user: Option<&str>, password: Option<&[u8]>) -> bool {
+fn basic_matches(
+    basic: &BasicMqtt,
+    client_id: &str,
+    user: Option<&str>,
+    password: Option<&[u8]>,
+) -> bool {
     if basic.client_id().is_some_and(|c| c != client_id) {
         return false;
     }
@@ -183,11 +197,21 @@ impl Entities {
         }
     }
 
+    /// The session fields of a device, from memory (e.g. to check a device's tenant on a hot path).
+    pub fn device_auth(&self, device_id: Uuid) -> Option<DeviceAuth> {
+        self.cache().read().devices.get(&device_id).cloned()
+    }
+
     /// Decides an MQTT CONNECT (no TLS client certificates: X.509 is not offered).
     ///
     /// `username: Some("")` is looked up like no username but counts as present for the refusal code,
     /// as in ThingsBoard, which tests the CONNECT flags there.
-    pub fn authenticate_mqtt(&self, client_id: &str, username: Option<&str>, password: Option<&[u8]>) -> MqttAuth {
+    pub fn authenticate_mqtt(
+        &self,
+        client_id: &str,
+        username: Option<&str>,
+        password: Option<&[u8]>,
+    ) -> MqttAuth {
         if username == Some("provision") || client_id == "provision" {
             return MqttAuth::Provision;
         }
@@ -195,7 +219,10 @@ impl Entities {
         // Hash before taking the lock.
         let (client_key, pair_key) = match user {
             None => ((!client_id.is_empty()).then(|| sha3_hex(client_id)), None),
-            Some(u) => (None, (!client_id.is_empty()).then(|| sha3_hex(&format!("{client_id}|{u}")))),
+            Some(u) => (
+                None,
+                (!client_id.is_empty()).then(|| sha3_hex(&format!("{client_id}|{u}"))),
+            ),
         };
         let found = {
             let cache = self.cache().read();

@@ -23,7 +23,11 @@ pub enum EntityError {
     Database(#[from] rusqlite::Error),
     /// A stored value cannot be decoded; the database was changed outside Fleetwire or is damaged.
     #[error("corrupt entity store: table {table}, row {id}: {reason}")]
-    Corrupt { table: &'static str, id: String, reason: String },
+    Corrupt {
+        table: &'static str,
+        id: String,
+        reason: String,
+    },
     /// The database file cannot be opened or has a schema newer than this binary.
     #[error("cannot open entity store {path}: {reason}")]
     Open { path: PathBuf, reason: String },

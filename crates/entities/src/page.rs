@@ -86,7 +86,9 @@ impl PageQuery {
                 .iter()
                 .find(|(name, _)| *name == property)
                 .map(|(_, expr)| *expr)
-                .ok_or_else(|| EntityError::Invalid(format!("Invalid sort property: {property}")))?,
+                .ok_or_else(|| {
+                    EntityError::Invalid(format!("Invalid sort property: {property}"))
+                })?,
         };
         let order = self.sort_order.sql();
         let offset = u64::from(self.page) * u64::from(self.page_size);
@@ -144,7 +146,10 @@ mod tests {
     fn page_arithmetic() {
         let q = PageQuery::new(10, 2);
         let p = q.page_of(vec![1, 2, 3], 23);
-        assert_eq!((p.total_pages, p.total_elements, p.has_next), (3, 23, false));
+        assert_eq!(
+            (p.total_pages, p.total_elements, p.has_next),
+            (3, 23, false)
+        );
         let p = PageQuery::new(10, 1).page_of(vec![0; 10], 23);
         assert!(p.has_next);
         let p = PageQuery::new(10, 0).page_of(Vec::<u8>::new(), 0);

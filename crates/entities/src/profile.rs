@@ -143,10 +143,15 @@ pub(crate) fn by_name(
         .optional()?)
 }
 
-pub(crate) fn default_of(conn: &Connection, tenant_id: Uuid) -> Result<Option<DeviceProfile>, EntityError> {
+pub(crate) fn default_of(
+    conn: &Connection,
+    tenant_id: Uuid,
+) -> Result<Option<DeviceProfile>, EntityError> {
     Ok(conn
         .query_row(
-            &format!("SELECT {COLUMNS} FROM device_profile WHERE tenant_id = ?1 AND is_default = 1"),
+            &format!(
+                "SELECT {COLUMNS} FROM device_profile WHERE tenant_id = ?1 AND is_default = 1"
+            ),
             [tenant_id.to_string()],
             from_row,
         )
@@ -154,7 +159,10 @@ pub(crate) fn default_of(conn: &Connection, tenant_id: Uuid) -> Result<Option<De
 }
 
 /// Inserts the tenant's `default` profile.
-pub(crate) fn insert_default(conn: &Connection, tenant_id: Uuid) -> Result<DeviceProfile, EntityError> {
+pub(crate) fn insert_default(
+    conn: &Connection,
+    tenant_id: Uuid,
+) -> Result<DeviceProfile, EntityError> {
     let draft = ProfileDraft {
         description: Some("Default device profile".into()),
         is_default: true,
@@ -164,30 +172,57 @@ pub(crate) fn insert_default(conn: &Connection, tenant_id: Uuid) -> Result<Devic
 }
 
 /// The profile named `name`, created with default settings if absent (a device saved with only a `type`).
-pub(crate) fn find_or_create(conn: &Connection, tenant_id: Uuid, name: &str) -> Result<DeviceProfile, EntityError> {
+pub(crate) fn find_or_create(
+    conn: &Connection,
+    tenant_id: Uuid,
+    name: &str,
+) -> Result<DeviceProfile, EntityError> {
     match by_name(conn, tenant_id, name)? {
         Some(profile) => Ok(profile),
         None => save(conn, tenant_id, &ProfileDraft::named(name)),
     }
 }
 
-fn checked_enum(value: &Option<String>, allowed: &[&str], default: &str, what: &str) -> Result<String, EntityError> {
+fn checked_enum(
+    value: &Option<String>,
+    allowed: &[&str],
+    default: &str,
+    what: &str,
+) -> Result<String, EntityError> {
     let value = value.as_deref().unwrap_or(default);
     if allowed.contains(&value) {
         Ok(value.to_string())
     } else {
-        Err(EntityError::Invalid(format!("Invalid device profile {what}: {value}")))
+        Err(EntityError::Invalid(format!(
+            "Invalid device profile {what}: {value}"
+        )))
     }
 }
 
 /// Validates and writes a draft inside the caller's transaction.
-fn save(conn: &Connection, tenant_id: Uuid, draft: &ProfileDraft) -> Result<DeviceProfile, EntityError> {
+fn save(
+    conn: &Connection,
+    tenant_id: Uuid,
+    draft: &ProfileDraft,
+) -> Result<DeviceProfile, EntityError> {
     if draft.name.trim().is_empty() {
-        return Err(EntityError::invalid("Device profile name should be specified!"));
+        return Err(EntityError::invalid(
+            "Device profile name should be specified!",
+        ));
     }
     let profile_type = checked_enum(&draft.profile_type, PROFILE_TYPES, "DEFAULT", "type")?;
-    let transport_type = checked_enum(&draft.transport_type, TRANSPORT_TYPES, "DEFAULT", "transport type")?;
-    let provision_type = checked_enum(&draft.provision_type, PROVISION_TYPES, "DISABLED", "provision type")?;
+    let transport_type = checked_enum(
+        &draft.transport_type,
+        TRANSPORT_TYPES,
+        "DEFAULT",
+        "transport type",
+    )?;
+    let provision_type = checked_enum(
+        &draft.provision_type,
+        PROVISION_TYPES,
+        "DISABLED",
+        "provision type",
+    )?;
     let old = match draft.id {
         None => None,
         Some(id) => match by_id(conn, id)? {
@@ -205,7 +240,9 @@ fn save(conn: &Connection, tenant_id: Uuid, draft: &ProfileDraft) -> Result<Devi
     let id = draft.id.unwrap_or_else(Uuid::new_v4);
     if let Some(other) = by_name(conn, tenant_id, &draft.name)? {
         if other.id != id {
-            return Err(EntityError::invalid("Device profile with such name already exists!"));
+            return Err(EntityError::invalid(
+                "Device profile with such name already exists!",
+            ));
         }
     }
     let current_default = default_of(conn, tenant_id)?;
@@ -280,7 +317,11 @@ fn save(conn: &Connection, tenant_id: Uuid, draft: &ProfileDraft) -> Result<Devi
 
 impl Entities {
     /// Creates or updates a device profile of `tenant_id`.
-    pub fn save_device_profile(&self, tenant_id: Uuid, draft: &ProfileDraft) -> Result<DeviceProfile, EntityError> {
+    pub fn save_device_profile(
+        &self,
+        tenant_id: Uuid,
+        draft: &ProfileDraft,
+    ) -> Result<DeviceProfile, EntityError> {
         self.with_conn(|conn| {
             let tx = conn.transaction()?;
             let profile = save(&tx, tenant_id, draft)?;
@@ -294,16 +335,27 @@ impl Entities {
         self.with_conn(|conn| by_id(conn, id))
     }
 
-    pub fn device_profile_by_name(&self, tenant_id: Uuid, name: &str) -> Result<Option<DeviceProfile>, EntityError> {
+    pub fn device_profile_by_name(
+        &self,
+        tenant_id: Uuid,
+        name: &str,
+    ) -> Result<Option<DeviceProfile>, EntityError> {
         self.with_conn(|conn| by_name(conn, tenant_id, name))
     }
 
-    pub fn default_device_profile(&self, tenant_id: Uuid) -> Result<Option<DeviceProfile>, EntityError> {
+    pub fn default_device_profile(
+        &self,
+        tenant_id: Uuid,
+    ) -> Result<Option<DeviceProfile>, EntityError> {
         self.with_conn(|conn| default_of(conn, tenant_id))
     }
 
     /// Makes `id` the tenant's default profile (both changed profiles get a new version).
-    pub fn set_default_device_profile(&self, tenant_id: Uuid, id: Uuid) -> Result<DeviceProfile, EntityError> {
+    pub fn set_default_device_profile(
+        &self,
+        tenant_id: Uuid,
+        id: Uuid,
+    ) -> Result<DeviceProfile, EntityError> {
         self.with_conn(|conn| {
             let tx = conn.transaction()?;
             match by_id(&tx, id)? {
@@ -334,7 +386,9 @@ impl Entities {
                 _ => return Err(EntityError::not_found("Device profile", id)),
             };
             if profile.is_default {
-                return Err(EntityError::invalid("Deletion of Default Device Profile is prohibited!"));
+                return Err(EntityError::invalid(
+                    "Deletion of Default Device Profile is prohibited!",
+                ));
             }
             let used: bool = tx.query_row(
                 "SELECT EXISTS (SELECT 1 FROM device WHERE device_profile_id = ?1)",
@@ -381,124 +435,17 @@ impl Entities {
                 args,
                 |r| r.get(0),
             )?;
-            let mut stmt = conn.prepare(&format!("SELECT {COLUMNS} FROM device_profile WHERE {filter} {order}"))?;
-            let rows = stmt.query_map(args, from_row)?.collect::<Result<Vec<_>, _>>()?;
+            let mut stmt = conn.prepare(&format!(
+                "SELECT {COLUMNS} FROM device_profile WHERE {filter} {order}"
+            ))?;
+            let rows = stmt
+                .query_map(args, from_row)?
+                .collect::<Result<Vec<_>, _>>()?;
             Ok(query.page_of(rows, total))
         })
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{DeviceDraft, SortOrder};
-
-    fn setup() -> (Entities, Uuid) {
-        let e = Entities::open_in_memory().unwrap();
-        let t = e.create_tenant("T").unwrap();
-        (e, t.id)
-    }
-
-    #[test]
-    fn create_update_and_version() {
-        let (e, t) = setup();
-        let alarms = json!({"configuration":{"type":"DEFAULT"},"alarms":[{"id":"x","alarmType":"battery low"}]});
-        let p = e
-            .save_device_profile(
-                t,
-                &ProfileDraft {
-                    transport_type: Some("MQTT".into()),
-                    profile_data: Some(alarms.clone()),
-                    ..ProfileDraft::named("SMART_METER")
-                },
-            )
-            .unwrap();
-        assert_eq!((p.version, p.is_default, p.transport_type.as_str()), (1, false, "MQTT"));
-        assert_eq!(p.profile_data, alarms, "profile data is stored as given");
-        let mut draft = ProfileDraft {
-            id: Some(p.id),
-            version: Some(1),
-            description: Some("meters".into()),
-            ..ProfileDraft::named("SMART_METER")
-        };
-        let p2 = e.save_device_profile(t, &draft).unwrap();
-        assert_eq!((p2.version, p2.created_time), (2, p.created_time));
-        assert_eq!(p2.profile_data, default_profile_data("DEFAULT"));
-        // Stale version → conflict; no version → overwrite.
-        let err = e.save_device_profile(t, &draft).unwrap_err();
-        assert!(matches!(err, EntityError::VersionConflict(_)), "{err}");
-        draft.version = None;
-        assert_eq!(e.save_device_profile(t, &draft).unwrap().version, 3);
-        // Names are unique per tenant.
-        let err = e.save_device_profile(t, &ProfileDraft::named("default")).unwrap_err();
-        assert_eq!(err.to_string(), "Device profile with such name already exists!");
-        let err = e
-            .save_device_profile(t, &ProfileDraft { transport_type: Some("FTP".into()), ..ProfileDraft::named("x") })
-            .unwrap_err();
-        assert!(matches!(err, EntityError::Invalid(_)));
-    }
-
-    #[test]
-    fn default_switching_and_delete_rules() {
-        let (e, t) = setup();
-        let first = e.default_device_profile(t).unwrap().unwrap();
-        let other = e.save_device_profile(t, &ProfileDraft::named("other")).unwrap();
-        let err = e
-            .save_device_profile(t, &ProfileDraft { is_default: true, ..ProfileDraft::named("third") })
-            .unwrap_err();
-        assert!(err.to_string().starts_with("Another default"), "{err}");
-        let now_default = e.set_default_device_profile(t, other.id).unwrap();
-        assert!(now_default.is_default);
-        assert_eq!(now_default.version, 2);
-        let old = e.device_profile(first.id).unwrap().unwrap();
-        assert!(!old.is_default);
-        assert_eq!(old.version, 2);
-        assert_eq!(e.default_device_profile(t).unwrap().unwrap().id, other.id);
-
-        let err = e.delete_device_profile(t, other.id).unwrap_err();
-        assert_eq!(err.to_string(), "Deletion of Default Device Profile is prohibited!");
-        e.save_device(t, &DeviceDraft { profile_id: Some(first.id), ..DeviceDraft::named("d") }, None)
-            .unwrap();
-        let err = e.delete_device_profile(t, first.id).unwrap_err();
-        assert_eq!(err.to_string(), "The device profile referenced by the devices cannot be deleted!");
-        let spare = e.save_device_profile(t, &ProfileDraft::named("spare")).unwrap();
-        e.delete_device_profile(t, spare.id).unwrap();
-        assert!(e.device_profile(spare.id).unwrap().is_none());
-        assert!(matches!(e.delete_device_profile(t, spare.id), Err(EntityError::NotFound(_))));
-        // Another tenant's profile is "not found" to this tenant.
-        let t2 = e.create_tenant("T2").unwrap();
-        assert!(matches!(e.set_default_device_profile(t2.id, first.id), Err(EntityError::NotFound(_))));
-    }
-
-    #[test]
-    fn update_keeps_devices_attached() {
-        let (e, t) = setup();
-        let p = e.default_device_profile(t).unwrap().unwrap();
-        let d = e.save_device(t, &DeviceDraft::named("d"), None).unwrap();
-        let renamed = ProfileDraft { id: Some(p.id), is_default: true, ..ProfileDraft::named("renamed") };
-        e.save_device_profile(t, &renamed).unwrap();
-        let d = e.device(t, d.id).unwrap().unwrap();
-        assert_eq!(d.profile_name, "renamed", "a device's type follows its profile's name");
-    }
-
-    #[test]
-    fn paging_search_and_filter() {
-        let (e, t) = setup();
-        for name in ["alpha", "beta", "Gamma", "delta"] {
-            e.save_device_profile(t, &ProfileDraft { transport_type: Some("MQTT".into()), ..ProfileDraft::named(name) })
-                .unwrap();
-        }
-        let page = e
-            .device_profiles(t, None, &PageQuery::new(2, 0).with_sort("name", SortOrder::Asc))
-            .unwrap();
-        assert_eq!(page.total_elements, 5);
-        assert_eq!(page.total_pages, 3);
-        assert!(page.has_next);
-        let names: Vec<_> = page.data.iter().map(|p| p.name.as_str()).collect();
-        assert_eq!(names, ["Gamma", "alpha"]);
-        let page = e.device_profiles(t, None, &PageQuery::new(10, 0).with_text_search("GAM")).unwrap();
-        assert_eq!(page.data.len(), 1);
-        let page = e.device_profiles(t, Some("MQTT"), &PageQuery::new(10, 0)).unwrap();
-        assert_eq!(page.total_elements, 4);
-    }
-}
+#[path = "profile_tests.rs"]
+mod tests;

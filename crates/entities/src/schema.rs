@@ -137,7 +137,14 @@ mod tests {
             .unwrap();
         assert_eq!(
             tables,
-            ["dashboard", "device", "device_credentials", "device_profile", "tb_user", "tenant"]
+            [
+                "dashboard",
+                "device",
+                "device_credentials",
+                "device_profile",
+                "tb_user",
+                "tenant"
+            ]
         );
     }
 

@@ -13,7 +13,10 @@ pub(crate) fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-fn conversion_error(idx: usize, err: impl std::error::Error + Send + Sync + 'static) -> rusqlite::Error {
+fn conversion_error(
+    idx: usize,
+    err: impl std::error::Error + Send + Sync + 'static,
+) -> rusqlite::Error {
     rusqlite::Error::FromSqlConversionFailure(idx, Type::Text, Box::new(err))
 }
 

@@ -62,7 +62,11 @@ impl Entities {
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         let found = schema::migrate(&mut conn)?;
         if found != schema::SCHEMA_VERSION {
-            tracing::info!(from = found, to = schema::SCHEMA_VERSION, "entity store schema migrated");
+            tracing::info!(
+                from = found,
+                to = schema::SCHEMA_VERSION,
+                "entity store schema migrated"
+            );
         }
         let auth = AuthCache::load(&conn)?;
         Ok(Entities(Arc::new(Inner {

@@ -60,8 +60,9 @@ impl Entities {
     /// Every tenant, oldest first.
     pub fn tenants(&self) -> Result<Vec<Tenant>, EntityError> {
         self.with_conn(|conn| {
-            let mut stmt =
-                conn.prepare("SELECT id, created_time, title FROM tenant ORDER BY created_time, rowid")?;
+            let mut stmt = conn.prepare(
+                "SELECT id, created_time, title FROM tenant ORDER BY created_time, rowid",
+            )?;
             let rows = stmt.query_map([], from_row)?;
             Ok(rows.collect::<Result<_, _>>()?)
         })

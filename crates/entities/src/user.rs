@@ -85,7 +85,8 @@ impl NewUser {
     }
 }
 
-const COLUMNS: &str = "id, created_time, tenant_id, customer_id, email, authority, first_name, last_name, \
+const COLUMNS: &str =
+    "id, created_time, tenant_id, customer_id, email, authority, first_name, last_name, \
                        enabled, additional_info";
 
 fn from_row(row: &Row) -> rusqlite::Result<User> {
@@ -110,6 +111,12 @@ fn from_row(row: &Row) -> rusqlite::Result<User> {
     })
 }
 
+/// A hash of nothing in particular, computed once, for [`Entities::check_password`] on unknown emails.
+fn dummy_hash() -> &'static str {
+    static DUMMY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DUMMY.get_or_init(|| hash_password("no such user").unwrap_or_default())
+}
+
 fn valid_email(email: &str) -> bool {
     let mut parts = email.split('@');
     matches!((parts.next(), parts.next(), parts.next()),
@@ -120,7 +127,10 @@ impl Entities {
     /// Creates a user. Emails are unique, compared case-insensitively.
     pub fn create_user(&self, new: &NewUser) -> Result<User, EntityError> {
         if !valid_email(&new.email) {
-            return Err(EntityError::Invalid(format!("Invalid email address format '{}'!", new.email)));
+            return Err(EntityError::Invalid(format!(
+                "Invalid email address format '{}'!",
+                new.email
+            )));
         }
         // Hash outside the connection lock: it takes tens of milliseconds.
         let hash = hash_password(&new.password)?;
@@ -211,8 +221,15 @@ impl Entities {
                 )
                 .optional()?)
         })?;
-        // Verify outside the connection lock: argon2 is deliberately slow.
-        Ok(found.and_then(|(user, hash)| verify_password(password, &hash).then_some(user)))
+        // Verify outside the connection lock: argon2 is deliberately slow. An unknown email is checked
+        // against a dummy hash so that it takes as long as a wrong password (no email probing by timing).
+        match found {
+            Some((user, hash)) => Ok(verify_password(password, &hash).then_some(user)),
+            None => {
+                verify_password(password, dummy_hash());
+                Ok(None)
+            }
+        }
     }
 
     /// Replaces a user's password.
@@ -245,27 +262,51 @@ mod tests {
         assert_eq!(u.authority, Authority::TenantAdmin);
         assert_eq!(e.user(u.id).unwrap(), Some(u.clone()));
         // Emails compare case-insensitively, for login and for uniqueness.
-        assert_eq!(e.check_password("admin@example.com", "secret").unwrap(), Some(u.clone()));
-        assert_eq!(e.check_password("admin@example.com", "wrong").unwrap(), None);
-        assert_eq!(e.check_password("nobody@example.com", "secret").unwrap(), None);
-        let dup = e.create_user(&NewUser::sysadmin("ADMIN@example.com", "x")).unwrap_err();
+        assert_eq!(
+            e.check_password("admin@example.com", "secret").unwrap(),
+            Some(u.clone())
+        );
+        assert_eq!(
+            e.check_password("admin@example.com", "wrong").unwrap(),
+            None
+        );
+        assert_eq!(
+            e.check_password("nobody@example.com", "secret").unwrap(),
+            None
+        );
+        let dup = e
+            .create_user(&NewUser::sysadmin("ADMIN@example.com", "x"))
+            .unwrap_err();
         assert!(matches!(dup, EntityError::AlreadyExists(_)), "{dup}");
         e.set_password(u.id, "new").unwrap();
-        assert!(e.check_password("admin@example.com", "secret").unwrap().is_none());
-        assert!(e.check_password("admin@example.com", "new").unwrap().is_some());
+        assert!(e
+            .check_password("admin@example.com", "secret")
+            .unwrap()
+            .is_none());
+        assert!(e
+            .check_password("admin@example.com", "new")
+            .unwrap()
+            .is_some());
     }
 
     #[test]
     fn rejects_bad_email() {
         let e = Entities::open_in_memory().unwrap();
         for bad in ["", "x", "@x", "x@", "a b@c", "a@b@c"] {
-            assert!(e.create_user(&NewUser::sysadmin(bad, "p")).is_err(), "{bad}");
+            assert!(
+                e.create_user(&NewUser::sysadmin(bad, "p")).is_err(),
+                "{bad}"
+            );
         }
     }
 
     #[test]
     fn authority_round_trip() {
-        for a in [Authority::SysAdmin, Authority::TenantAdmin, Authority::CustomerUser] {
+        for a in [
+            Authority::SysAdmin,
+            Authority::TenantAdmin,
+            Authority::CustomerUser,
+        ] {
             assert_eq!(Authority::parse(a.as_str()), Some(a));
         }
         assert_eq!(Authority::parse("REFRESH_TOKEN"), None);

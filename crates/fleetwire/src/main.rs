@@ -61,7 +61,9 @@ fn main() -> anyhow::Result<()> {
                 .thread_name("fleetwire")
                 .build()
                 .context("starting the async runtime")?;
-            runtime.block_on(fleetwire_server::serve::serve(config))
+            runtime
+                .block_on(fleetwire_server::serve::serve(config))
+                .context("serving")
         }
         Command::CheckConfig { config } => {
             let config = Config::load(config.as_deref()).context("loading configuration")?;

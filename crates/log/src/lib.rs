@@ -13,7 +13,7 @@
 //! - **One writer thread, group commit** (`writer.rs`). `append` copies the record into a queue
 //!   and returns a global **sequence number** at once (it blocks only when the queue is full:
 //!   backpressure). The writer takes everything queued, writes it with one write per partition,
-//!   `fdatasync`s each partition it touched, then publishes the batch's last sequence number as
+//!   `fdatasync`s the partitions it touched (concurrently), then publishes the batch's last sequence number as
 //!   durable: via [`Log::durable_seq`], [`Log::wait_durable`] and the commit listener, which the
 //!   server wires to a tokio watch channel to release PUBACKs.
 //! - **Poisoning.** A failed write or fsync is never retried: the log refuses all further appends

@@ -437,7 +437,8 @@ mod tests {
     #[test]
     fn a_panicking_listener_does_not_stop_commits() {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open_with_listener(config(dir.path()), Box::new(|_| panic!("listener bug"))).unwrap();
+        let log = Log::open_with_listener(config(dir.path()), Box::new(|_| panic!("listener bug")))
+            .unwrap();
         for payload in [b"one", b"two"] {
             let seq = log.append(1, payload).unwrap();
             log.wait_durable(seq, TIMEOUT).unwrap();

@@ -11,8 +11,8 @@
 //! durable sequence number stays where the last successful sync left it, and the failed batch and
 //! everything after it are refused.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -162,7 +162,9 @@ fn wait_for_data_blocks_until_the_partition_grows() {
                 while let Some(record) = reader.next_record().unwrap() {
                     got.push(record.payload.to_vec());
                 }
-                log.wait_for_data(1, reader.offset(), TIMEOUT).unwrap();
+                let t0 = Instant::now();
+                let end = log.wait_for_data(1, reader.offset(), TIMEOUT).unwrap();
+                eprintln!("waited {:?} at {} -> {end}, got {}", t0.elapsed(), reader.offset(), got.len());
             }
             got
         })

@@ -58,7 +58,7 @@ fn same_bits(a: &Record, b: &Record) -> bool {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(20000))]
+    #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
     fn records_round_trip(record in record_strategy()) {

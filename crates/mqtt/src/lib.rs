@@ -6,8 +6,11 @@
 //! - [`decode`] takes a [`bytes::BytesMut`] read buffer and returns `Ok(None)` until a whole
 //!   packet is there. The fixed header is checked first, so a packet over `max_packet_bytes`
 //!   or with reserved flags is refused before its body is buffered.
+//!   [`packet_bytes`] reads just the fixed header, to reserve room for the rest.
 //! - [`encode`] appends a [`Packet`] to a `BytesMut`; [`encoded_bytes`] sizes it first when a
 //!   client announced a maximum packet size.
+//! - [`connect_protocol`] peeks at the version of a CONNECT that may not decode, so that its
+//!   refusal is written in a CONNACK the client can read.
 //! - One file per packet (`connect.rs`, `publish.rs`, ...) holds its struct, its MQTT 5
 //!   properties and small `read` / `remaining_bytes` / `write` functions, in the style of
 //!   rumqttd's `protocol/v4`. `header.rs` is the fixed header, `wire.rs` the primitive types,

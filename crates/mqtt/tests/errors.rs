@@ -67,17 +67,30 @@ fn incomplete_packets_consume_nothing() {
     let bytes = b"\x32\x0c\x00\x03a/b\x00\x0ahello";
     for cut in 0..bytes.len() {
         let mut buf = BytesMut::from(&bytes[..cut]);
-        assert_eq!(decode(&mut buf, Protocol::V311, MAX_BYTES), Ok(None), "cut {cut}");
+        assert_eq!(
+            decode(&mut buf, Protocol::V311, MAX_BYTES),
+            Ok(None),
+            "cut {cut}"
+        );
         assert_eq!(&buf[..], &bytes[..cut]);
     }
-    assert_eq!(packet_bytes(&bytes[..1], Protocol::V311, MAX_BYTES), Ok(None));
-    assert_eq!(packet_bytes(&bytes[..2], Protocol::V311, MAX_BYTES), Ok(Some(14)));
+    assert_eq!(
+        packet_bytes(&bytes[..1], Protocol::V311, MAX_BYTES),
+        Ok(None)
+    );
+    assert_eq!(
+        packet_bytes(&bytes[..2], Protocol::V311, MAX_BYTES),
+        Ok(Some(14))
+    );
 }
 
 #[test]
 fn two_packets_in_one_buffer_decode_in_turn() {
     let mut buf = BytesMut::from(&b"\xc0\x00\x40\x02\x00\x07\xd0"[..]);
-    assert_eq!(decode(&mut buf, Protocol::V311, MAX_BYTES), Ok(Some(Packet::PingReq)));
+    assert_eq!(
+        decode(&mut buf, Protocol::V311, MAX_BYTES),
+        Ok(Some(Packet::PingReq))
+    );
     assert_eq!(
         decode(&mut buf, Protocol::V311, MAX_BYTES),
         Ok(Some(Packet::PubAck(PubAck::new(7))))
@@ -98,7 +111,10 @@ fn invalid_utf8_topic_is_malformed() {
     );
     // ... including a client id.
     let connect = b"\x10\x0e\x00\x04MQTT\x04\x02\x00\x3c\x00\x02a\x00";
-    assert_eq!(decode_err(Protocol::V311, connect), DecodeError::InvalidUtf8);
+    assert_eq!(
+        decode_err(Protocol::V311, connect),
+        DecodeError::InvalidUtf8
+    );
 }
 
 #[test]
@@ -122,7 +138,10 @@ fn wildcard_or_empty_publish_topic_is_invalid() {
     );
     // A will topic is a topic name too.
     let connect = b"\x10\x15\x00\x04MQTT\x04\x06\x00\x00\x00\x01c\x00\x03a/#\x00\x01x";
-    assert_eq!(decode_err(Protocol::V311, connect), DecodeError::TopicNameInvalid);
+    assert_eq!(
+        decode_err(Protocol::V311, connect),
+        DecodeError::TopicNameInvalid
+    );
 }
 
 #[test]
@@ -167,35 +186,58 @@ fn reserved_flags_are_malformed_except_in_3_1() {
     ];
     for bytes in cases {
         let error = decode_err(Protocol::V311, bytes);
-        assert!(matches!(error, DecodeError::InvalidFlags { .. }), "{error:?}");
+        assert!(
+            matches!(error, DecodeError::InvalidFlags { .. }),
+            "{error:?}"
+        );
         assert_eq!(error.reason_code(), reason::MALFORMED_PACKET);
-        assert!(matches!(decode_err(Protocol::V5, bytes), DecodeError::InvalidFlags { .. }));
+        assert!(matches!(
+            decode_err(Protocol::V5, bytes),
+            DecodeError::InvalidFlags { .. }
+        ));
         // 3.1 told receivers to ignore these bits.
         let mut buf = BytesMut::from(bytes);
-        assert!(decode(&mut buf, Protocol::V31, MAX_BYTES).unwrap().is_some());
+        assert!(decode(&mut buf, Protocol::V31, MAX_BYTES)
+            .unwrap()
+            .is_some());
     }
     // CONNECT's fixed header is strict whatever the version, and so is its reserved flag.
     let connect = b"\x11\x0c\x00\x04MQTT\x04\x02\x00\x3c\x00\x00";
     assert!(matches!(
         decode_err(Protocol::V31, connect),
-        DecodeError::InvalidFlags { packet_type: 1, flags: 1 }
+        DecodeError::InvalidFlags {
+            packet_type: 1,
+            flags: 1
+        }
     ));
     let connect = b"\x10\x0c\x00\x04MQTT\x04\x03\x00\x3c\x00\x00";
-    assert!(matches!(decode_err(Protocol::V311, connect), DecodeError::MalformedPacket(_)));
+    assert!(matches!(
+        decode_err(Protocol::V311, connect),
+        DecodeError::MalformedPacket(_)
+    ));
     // Reserved packet types.
-    assert_eq!(decode_err(Protocol::V5, b"\x00\x00"), DecodeError::InvalidPacketType(0));
-    assert_eq!(decode_err(Protocol::V311, b"\xf0\x00"), DecodeError::InvalidPacketType(15));
+    assert_eq!(
+        decode_err(Protocol::V5, b"\x00\x00"),
+        DecodeError::InvalidPacketType(0)
+    );
+    assert_eq!(
+        decode_err(Protocol::V311, b"\xf0\x00"),
+        DecodeError::InvalidPacketType(15)
+    );
 }
 
 #[test]
-fn header_errors_consume_nothing() {
+fn header_errors_consume_nothing_body_errors_consume_the_packet() {
     // Bad flags are seen in the header: the packet stays in the buffer.
     let mut buf = BytesMut::from(&b"\x41\x02\x00\x01"[..]);
     assert!(decode(&mut buf, Protocol::V5, MAX_BYTES).is_err());
     assert_eq!(buf.len(), 4);
     // A bad body is only seen once the packet is complete, and the packet is consumed.
     let mut buf = BytesMut::from(&b"\x40\x02\x00\x00\xc0\x00"[..]);
-    assert_eq!(decode(&mut buf, Protocol::V5, MAX_BYTES), Err(DecodeError::PacketIdZero));
+    assert_eq!(
+        decode(&mut buf, Protocol::V5, MAX_BYTES),
+        Err(DecodeError::PacketIdZero)
+    );
     assert_eq!(&buf[..], b"\xc0\x00");
 }
 
@@ -203,16 +245,28 @@ fn header_errors_consume_nothing() {
 fn connect_flag_rules() {
     // Will QoS without a will flag (MQTT-3.1.2-11).
     let connect = b"\x10\x0c\x00\x04MQTT\x04\x08\x00\x3c\x00\x00";
-    assert!(matches!(decode_err(Protocol::V311, connect), DecodeError::MalformedPacket(_)));
+    assert!(matches!(
+        decode_err(Protocol::V311, connect),
+        DecodeError::MalformedPacket(_)
+    ));
     // Will retain without a will flag (MQTT-3.1.2-15).
     let connect = b"\x10\x0c\x00\x04MQTT\x04\x20\x00\x3c\x00\x00";
-    assert!(matches!(decode_err(Protocol::V311, connect), DecodeError::MalformedPacket(_)));
+    assert!(matches!(
+        decode_err(Protocol::V311, connect),
+        DecodeError::MalformedPacket(_)
+    ));
     // Password without user name before MQTT 5 (MQTT-3.1.2-22).
     let connect = b"\x10\x10\x00\x04MQTT\x04\x42\x00\x3c\x00\x00\x00\x02pw";
-    assert!(matches!(decode_err(Protocol::V311, connect), DecodeError::MalformedPacket(_)));
+    assert!(matches!(
+        decode_err(Protocol::V311, connect),
+        DecodeError::MalformedPacket(_)
+    ));
     // Trailing bytes after the last field.
     let connect = b"\x10\x0d\x00\x04MQTT\x04\x02\x00\x3c\x00\x00\x00";
-    assert!(matches!(decode_err(Protocol::V311, connect), DecodeError::MalformedPacket(_)));
+    assert!(matches!(
+        decode_err(Protocol::V311, connect),
+        DecodeError::MalformedPacket(_)
+    ));
 }
 
 #[test]
@@ -220,8 +274,14 @@ fn unsupported_protocol_maps_to_the_connack_of_the_version() {
     let level_6 = b"\x10\x0c\x00\x04MQTT\x06\x02\x00\x3c\x00\x00";
     let error = decode_err(Protocol::V311, level_6);
     assert_eq!(error, DecodeError::UnsupportedProtocolVersion { level: 6 });
-    assert_eq!(error.connack_code(Protocol::V311), Some(reason::v3::UNACCEPTABLE_PROTOCOL_VERSION));
-    assert_eq!(error.connack_code(Protocol::V5), Some(reason::UNSUPPORTED_PROTOCOL_VERSION));
+    assert_eq!(
+        error.connack_code(Protocol::V311),
+        Some(reason::v3::UNACCEPTABLE_PROTOCOL_VERSION)
+    );
+    assert_eq!(
+        error.connack_code(Protocol::V5),
+        Some(reason::UNSUPPORTED_PROTOCOL_VERSION)
+    );
     assert_eq!(error.reason_code(), 0x84);
     let bad_name = b"\x10\x0c\x00\x04MQXX\x04\x02\x00\x3c\x00\x00";
     let error = decode_err(Protocol::V311, bad_name);
@@ -232,37 +292,62 @@ fn unsupported_protocol_maps_to_the_connack_of_the_version() {
     let malformed_v5 = b"\x10\x0e\x00\x04MQTT\x05\x02\x00\x3c\x01\x7f\x00\x00";
     assert_eq!(connect_protocol(malformed_v5), Some(Protocol::V5));
     let error = decode_err(Protocol::V311, malformed_v5);
-    assert_eq!(error, DecodeError::MalformedPacket("property not allowed in this packet"));
-    assert_eq!(error.connack_code(Protocol::V5), Some(reason::MALFORMED_PACKET));
+    assert_eq!(
+        error,
+        DecodeError::MalformedPacket("property not allowed in this packet")
+    );
+    assert_eq!(
+        error.connack_code(Protocol::V5),
+        Some(reason::MALFORMED_PACKET)
+    );
     assert_eq!(error.connack_code(Protocol::V311), None);
 }
 
 #[test]
 fn property_rules() {
     // Session expiry twice in CONNECT: protocol error (§2.2.2.2).
-    let twice = b"\x10\x17\x00\x04MQTT\x05\x02\x00\x3c\x0a\x11\x00\x00\x00\x01\x11\x00\x00\x00\x02\x00\x00";
+    let twice =
+        b"\x10\x17\x00\x04MQTT\x05\x02\x00\x3c\x0a\x11\x00\x00\x00\x01\x11\x00\x00\x00\x02\x00\x00";
     assert_eq!(
         decode_err(Protocol::V5, twice),
         DecodeError::ProtocolError("property appears twice")
     );
     // Receive maximum 0.
     let zero = b"\x10\x10\x00\x04MQTT\x05\x02\x00\x3c\x03\x21\x00\x00\x00\x00";
-    assert_eq!(decode_err(Protocol::V5, zero).reason_code(), reason::PROTOCOL_ERROR);
+    assert_eq!(
+        decode_err(Protocol::V5, zero).reason_code(),
+        reason::PROTOCOL_ERROR
+    );
     // Topic alias in a PUBACK: not allowed there.
     let foreign = b"\x40\x07\x00\x01\x00\x03\x23\x00\x01";
-    assert_eq!(decode_err(Protocol::V5, foreign).reason_code(), reason::MALFORMED_PACKET);
+    assert_eq!(
+        decode_err(Protocol::V5, foreign).reason_code(),
+        reason::MALFORMED_PACKET
+    );
     // Property length running past the packet.
     let overrun = b"\x30\x07\x00\x03a/b\x09x";
-    assert!(matches!(decode_err(Protocol::V5, overrun), DecodeError::MalformedPacket(_)));
+    assert!(matches!(
+        decode_err(Protocol::V5, overrun),
+        DecodeError::MalformedPacket(_)
+    ));
     // Authentication data without a method.
     let data = b"\x10\x12\x00\x04MQTT\x05\x02\x00\x3c\x05\x16\x00\x02\x01\x02\x00\x00";
-    assert_eq!(decode_err(Protocol::V5, data).reason_code(), reason::PROTOCOL_ERROR);
+    assert_eq!(
+        decode_err(Protocol::V5, data).reason_code(),
+        reason::PROTOCOL_ERROR
+    );
     // Payload format indicator must be 0 or 1.
     let format = b"\x30\x09\x00\x03a/b\x02\x01\x02x";
-    assert_eq!(decode_err(Protocol::V5, format).reason_code(), reason::PROTOCOL_ERROR);
+    assert_eq!(
+        decode_err(Protocol::V5, format).reason_code(),
+        reason::PROTOCOL_ERROR
+    );
     // Subscription identifier 0.
     let sub_id = b"\x82\x09\x00\x01\x02\x0b\x00\x00\x01a\x00";
-    assert_eq!(decode_err(Protocol::V5, sub_id).reason_code(), reason::PROTOCOL_ERROR);
+    assert_eq!(
+        decode_err(Protocol::V5, sub_id).reason_code(),
+        reason::PROTOCOL_ERROR
+    );
 }
 
 #[test]
@@ -274,9 +359,15 @@ fn subscribe_rules() {
     assert_eq!(error.reason_code(), reason::PROTOCOL_ERROR);
     // Reserved option bits: 3.x reserves bits 2-7, 5.0 bits 6-7.
     let v3_options = b"\x82\x06\x00\x01\x00\x01a\x04";
-    assert!(matches!(decode_err(Protocol::V311, v3_options), DecodeError::MalformedPacket(_)));
+    assert!(matches!(
+        decode_err(Protocol::V311, v3_options),
+        DecodeError::MalformedPacket(_)
+    ));
     let v5_options = b"\x82\x07\x00\x01\x00\x00\x01a\x40";
-    assert!(matches!(decode_err(Protocol::V5, v5_options), DecodeError::MalformedPacket(_)));
+    assert!(matches!(
+        decode_err(Protocol::V5, v5_options),
+        DecodeError::MalformedPacket(_)
+    ));
     // Retain handling 3.
     let retain = b"\x82\x07\x00\x01\x00\x00\x01a\x30";
     assert_eq!(
@@ -285,7 +376,8 @@ fn subscribe_rules() {
     );
     // An invalid filter is not a decode error: the server answers 0x8F for that filter.
     let mut buf = BytesMut::from(&b"\x82\x08\x00\x01\x00\x00\x02a#\x00"[..]);
-    let Some(Packet::Subscribe(subscribe)) = decode(&mut buf, Protocol::V5, MAX_BYTES).unwrap() else {
+    let Some(Packet::Subscribe(subscribe)) = decode(&mut buf, Protocol::V5, MAX_BYTES).unwrap()
+    else {
         panic!("not a SUBSCRIBE");
     };
     assert!(!is_valid_topic_filter(&subscribe.filters[0].path));
@@ -303,7 +395,11 @@ fn length_mismatches_are_malformed() {
     ];
     for (bytes, protocol) in cases {
         let error = decode_err(protocol, bytes);
-        assert_eq!(error.reason_code(), reason::MALFORMED_PACKET, "{bytes:02x?}: {error:?}");
+        assert_eq!(
+            error.reason_code(),
+            reason::MALFORMED_PACKET,
+            "{bytes:02x?}: {error:?}"
+        );
     }
     // 3.1.1 SUBACK codes other than 0, 1, 2 and 0x80 are reserved.
     let error = decode_err(Protocol::V311, b"\x90\x03\x00\x01\x03");

@@ -126,10 +126,18 @@ fn to_v3(packet: &Packet) -> v3::Packet {
             payload: p.payload.clone(),
             properties: None,
         })),
-        Packet::PubAck(a) => v3::Packet::PublishAck { packet_id: id(a.pkid) },
-        Packet::PubRec(a) => v3::Packet::PublishReceived { packet_id: id(a.pkid) },
-        Packet::PubRel(a) => v3::Packet::PublishRelease { packet_id: id(a.pkid) },
-        Packet::PubComp(a) => v3::Packet::PublishComplete { packet_id: id(a.pkid) },
+        Packet::PubAck(a) => v3::Packet::PublishAck {
+            packet_id: id(a.pkid),
+        },
+        Packet::PubRec(a) => v3::Packet::PublishReceived {
+            packet_id: id(a.pkid),
+        },
+        Packet::PubRel(a) => v3::Packet::PublishRelease {
+            packet_id: id(a.pkid),
+        },
+        Packet::PubComp(a) => v3::Packet::PublishComplete {
+            packet_id: id(a.pkid),
+        },
         Packet::Subscribe(s) => v3::Packet::Subscribe {
             packet_id: id(s.pkid),
             topic_filters: s
@@ -153,7 +161,9 @@ fn to_v3(packet: &Packet) -> v3::Packet {
             packet_id: id(u.pkid),
             topic_filters: u.filters.iter().map(|f| f.clone().into()).collect(),
         },
-        Packet::UnsubAck(u) => v3::Packet::UnsubscribeAck { packet_id: id(u.pkid) },
+        Packet::UnsubAck(u) => v3::Packet::UnsubscribeAck {
+            packet_id: id(u.pkid),
+        },
         Packet::PingReq => v3::Packet::PingRequest,
         Packet::PingResp => v3::Packet::PingResponse,
         Packet::Disconnect(_) => v3::Packet::Disconnect,
@@ -247,7 +257,11 @@ fn publish_properties(p: &PublishProperties) -> v5::PublishProperties {
         user_properties: users(&p.user_properties),
         is_utf8_payload: p.payload_format_indicator.unwrap_or(false),
         response_topic: p.response_topic.as_ref().map(topic),
-        subscription_ids: p.subscription_ids.iter().filter_map(|&i| NonZeroU32::new(i)).collect(),
+        subscription_ids: p
+            .subscription_ids
+            .iter()
+            .filter_map(|&i| NonZeroU32::new(i))
+            .collect(),
     }
 }
 
@@ -320,7 +334,9 @@ fn to_v5(packet: &Packet) -> v5::Packet {
                 topic_alias_max: p.topic_alias_max.unwrap_or(0),
                 retain_available: p.retain_available.unwrap_or(true),
                 wildcard_subscription_available: p.wildcard_subscription_available.unwrap_or(true),
-                subscription_identifiers_available: p.subscription_identifiers_available.unwrap_or(true),
+                subscription_identifiers_available: p
+                    .subscription_identifiers_available
+                    .unwrap_or(true),
                 shared_subscription_available: p.shared_subscription_available.unwrap_or(true),
                 server_keepalive_sec: p.server_keep_alive_s,
                 response_info: text(&p.response_information),
@@ -356,7 +372,8 @@ fn to_v5(packet: &Packet) -> v5::Packet {
                         qos: qos(f.qos),
                         no_local: f.nolocal,
                         retain_as_published: f.retain_as_published,
-                        retain_handling: v5::RetainHandling::try_from(f.retain_handling as u8).unwrap(),
+                        retain_handling: v5::RetainHandling::try_from(f.retain_handling as u8)
+                            .unwrap(),
                     };
                     (f.path.clone().into(), options)
                 })

@@ -323,7 +323,11 @@ fn to_v5(packet: &Packet) -> v5::Packet {
                 response_topic: q.response_topic.as_ref().map(topic_string),
                 correlation_data: q.correlation_data.clone(),
                 user_properties: q.user_properties.clone(),
-                subscription_identifiers: q.subscription_ids.iter().map(|&id| id as usize).collect(),
+                subscription_identifiers: q
+                    .subscription_ids
+                    .iter()
+                    .map(|&id| id as usize)
+                    .collect(),
                 content_type: q.content_type.clone(),
             };
             v5::Packet::Publish(v5::Publish {

@@ -122,8 +122,10 @@ pub struct LogConfig {
 pub struct TsdbConfig {
     /// Points per series held in memory before sealing into a chunk.
     pub chunk_points_max: usize,
-    /// Age at which an in-memory head is sealed regardless of its size.
+    /// Age (of the log data it holds) at which an in-memory head is sealed regardless of its size.
     pub head_age_max_s: u64,
+    /// Most ingest-log bytes, over all partitions, that unsealed heads may keep from being reclaimed.
+    pub head_log_bytes_max: u64,
     /// Most points one query returns per key.
     pub query_points_max: usize,
 }
@@ -215,8 +217,9 @@ impl Default for LogConfig {
 impl Default for TsdbConfig {
     fn default() -> Self {
         TsdbConfig {
-            chunk_points_max: 4096,
+            chunk_points_max: 1024,
             head_age_max_s: 3600,
+            head_log_bytes_max: 1 << 30,
             query_points_max: 100_000,
         }
     }

@@ -503,7 +503,7 @@ impl Style {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(20000))]
+    #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
     fn strict_and_lenient_readers_agree_on_strict_json(doc in doc_strategy(), seed in any::<u64>()) {

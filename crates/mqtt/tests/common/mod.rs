@@ -1,8 +1,11 @@
-//! Proptest strategies shared by the property tests and the cross-checks against rumqttc and
-//! rmqtt-codec: any valid packet of a protocol version.
+//! Helpers shared by the test binaries: proptest strategies for any valid packet of a protocol
+//! version (property tests and the rumqttc / rmqtt-codec cross-checks) and the golden-vector
+//! checks (`golden`).
 
-// Each test binary uses its own subset of these strategies.
+// Each test binary uses its own subset of these helpers.
 #![allow(dead_code)]
+
+pub mod golden;
 
 use bytes::Bytes;
 use fleetwire_mqtt::*;
@@ -14,7 +17,11 @@ pub const PROTOCOLS: [Protocol; 3] = [Protocol::V31, Protocol::V311, Protocol::V
 pub const MAX_BYTES: usize = 1 << 20;
 
 pub fn protocol() -> impl Strategy<Value = Protocol> {
-    prop_oneof![Just(Protocol::V31), Just(Protocol::V311), Just(Protocol::V5)]
+    prop_oneof![
+        Just(Protocol::V31),
+        Just(Protocol::V311),
+        Just(Protocol::V5)
+    ]
 }
 
 pub fn text() -> impl Strategy<Value = String> {
@@ -72,23 +79,25 @@ pub fn connect_properties() -> impl Strategy<Value = ConnectProperties> {
         users(),
         option::of((text(), option::of(binary()))),
     )
-        .prop_map(|(expiry, receive, max, alias, response, problem, users, auth)| {
-            let (method, data) = match auth {
-                Some((method, data)) => (Some(method), data),
-                None => (None, None),
-            };
-            ConnectProperties {
-                session_expiry_s: expiry,
-                receive_maximum: receive,
-                packet_bytes_max: max,
-                topic_alias_max: alias,
-                request_response_information: response,
-                request_problem_information: problem,
-                user_properties: users,
-                authentication_method: method,
-                authentication_data: data,
-            }
-        })
+        .prop_map(
+            |(expiry, receive, max, alias, response, problem, users, auth)| {
+                let (method, data) = match auth {
+                    Some((method, data)) => (Some(method), data),
+                    None => (None, None),
+                };
+                ConnectProperties {
+                    session_expiry_s: expiry,
+                    receive_maximum: receive,
+                    packet_bytes_max: max,
+                    topic_alias_max: alias,
+                    request_response_information: response,
+                    request_problem_information: problem,
+                    user_properties: users,
+                    authentication_method: method,
+                    authentication_data: data,
+                }
+            },
+        )
 }
 
 pub fn will_properties() -> impl Strategy<Value = WillProperties> {
@@ -101,8 +110,8 @@ pub fn will_properties() -> impl Strategy<Value = WillProperties> {
         option::of(binary()),
         users(),
     )
-        .prop_map(|(delay, format, expiry, content, response, correlation, users)| {
-            WillProperties {
+        .prop_map(
+            |(delay, format, expiry, content, response, correlation, users)| WillProperties {
                 delay_interval_s: delay,
                 payload_format_indicator: format,
                 message_expiry_s: expiry,
@@ -110,13 +119,19 @@ pub fn will_properties() -> impl Strategy<Value = WillProperties> {
                 response_topic: response,
                 correlation_data: correlation,
                 user_properties: users,
-            }
-        })
+            },
+        )
 }
 
 pub fn connect() -> impl Strategy<Value = Connect> {
     protocol().prop_flat_map(|protocol| {
-        let will = (topic_name(), binary(), qos(), any::<bool>(), v5_or_default(protocol, will_properties()))
+        let will = (
+            topic_name(),
+            binary(),
+            qos(),
+            any::<bool>(),
+            v5_or_default(protocol, will_properties()),
+        )
             .prop_map(|(topic, payload, qos, retain, properties)| Will {
                 topic,
                 payload,
@@ -133,14 +148,8 @@ pub fn connect() -> impl Strategy<Value = Connect> {
             option::of(will),
             v5_or_default(protocol, connect_properties()),
         )
-            .prop_map(move |(clean_start, keep_alive_s, client_id, username, password, will, properties)| {
-                // Before MQTT 5 a password needs a user name (MQTT-3.1.2-22).
-                let username = match (&username, &password, protocol.is_v5()) {
-                    (None, Some(_), false) => Some(String::new()),
-                    _ => username,
-                };
-                Connect {
-                    protocol,
+            .prop_map(
+                move |(
                     clean_start,
                     keep_alive_s,
                     client_id,
@@ -148,8 +157,24 @@ pub fn connect() -> impl Strategy<Value = Connect> {
                     password,
                     will,
                     properties,
-                }
-            })
+                )| {
+                    // Before MQTT 5 a password needs a user name (MQTT-3.1.2-22).
+                    let username = match (&username, &password, protocol.is_v5()) {
+                        (None, Some(_), false) => Some(String::new()),
+                        _ => username,
+                    };
+                    Connect {
+                        protocol,
+                        clean_start,
+                        keep_alive_s,
+                        client_id,
+                        username,
+                        password,
+                        will,
+                        properties,
+                    }
+                },
+            )
     })
 }
 
@@ -209,18 +234,20 @@ pub fn publish_properties() -> impl Strategy<Value = PublishProperties> {
         vec(sub_id(), 0..3),
         option::of(text()),
     )
-        .prop_map(|(format, expiry, alias, response, correlation, users, sub_ids, content)| {
-            PublishProperties {
-                payload_format_indicator: format,
-                message_expiry_s: expiry,
-                topic_alias: alias,
-                response_topic: response,
-                correlation_data: correlation,
-                user_properties: users,
-                subscription_ids: sub_ids,
-                content_type: content,
-            }
-        })
+        .prop_map(
+            |(format, expiry, alias, response, correlation, users, sub_ids, content)| {
+                PublishProperties {
+                    payload_format_indicator: format,
+                    message_expiry_s: expiry,
+                    topic_alias: alias,
+                    response_topic: response,
+                    correlation_data: correlation,
+                    user_properties: users,
+                    subscription_ids: sub_ids,
+                    content_type: content,
+                }
+            },
+        )
 }
 
 pub fn publish(protocol: Protocol) -> impl Strategy<Value = Publish> {
@@ -234,19 +261,21 @@ pub fn publish(protocol: Protocol) -> impl Strategy<Value = Publish> {
         v5_or_default(protocol, publish_properties()),
         any::<bool>(),
     )
-        .prop_map(|(dup, qos, retain, topic, pkid, payload, properties, drop_topic)| {
-            // MQTT 5 may replace the topic name by an alias.
-            let aliased = drop_topic && properties.topic_alias.is_some();
-            Publish {
-                dup,
-                qos,
-                retain,
-                topic: if aliased { Topic::default() } else { topic },
-                pkid: if qos == QoS::AtMostOnce { 0 } else { pkid },
-                payload,
-                properties,
-            }
-        })
+        .prop_map(
+            |(dup, qos, retain, topic, pkid, payload, properties, drop_topic)| {
+                // MQTT 5 may replace the topic name by an alias.
+                let aliased = drop_topic && properties.topic_alias.is_some();
+                Publish {
+                    dup,
+                    qos,
+                    retain,
+                    topic: if aliased { Topic::default() } else { topic },
+                    pkid: if qos == QoS::AtMostOnce { 0 } else { pkid },
+                    payload,
+                    properties,
+                }
+            },
+        )
 }
 
 pub fn ack_properties() -> impl Strategy<Value = AckProperties> {
@@ -257,12 +286,18 @@ pub fn ack_properties() -> impl Strategy<Value = AckProperties> {
 }
 
 pub fn puback(protocol: Protocol) -> impl Strategy<Value = PubAck> {
-    let reason = if protocol.is_v5() { any::<u8>().boxed() } else { Just(0).boxed() };
-    (pkid(), reason, v5_or_default(protocol, ack_properties())).prop_map(|(pkid, reason, properties)| PubAck {
-        pkid,
-        reason,
-        properties,
-    })
+    let reason = if protocol.is_v5() {
+        any::<u8>().boxed()
+    } else {
+        Just(0).boxed()
+    };
+    (pkid(), reason, v5_or_default(protocol, ack_properties())).prop_map(
+        |(pkid, reason, properties)| PubAck {
+            pkid,
+            reason,
+            properties,
+        },
+    )
 }
 
 pub fn subscribe(protocol: Protocol) -> impl Strategy<Value = Subscribe> {
@@ -281,19 +316,23 @@ pub fn subscribe(protocol: Protocol) -> impl Strategy<Value = Subscribe> {
             retain_handling,
         },
     );
-    let properties = (option::of(sub_id()), users()).prop_map(|(subscription_id, user_properties)| {
-        SubscribeProperties {
-            subscription_id,
-            user_properties,
-        }
-    });
-    (pkid(), vec(filter, 1..4), v5_or_default(protocol, properties)).prop_map(|(pkid, filters, properties)| {
-        Subscribe {
+    let properties =
+        (option::of(sub_id()), users()).prop_map(|(subscription_id, user_properties)| {
+            SubscribeProperties {
+                subscription_id,
+                user_properties,
+            }
+        });
+    (
+        pkid(),
+        vec(filter, 1..4),
+        v5_or_default(protocol, properties),
+    )
+        .prop_map(|(pkid, filters, properties)| Subscribe {
             pkid,
             filters,
             properties,
-        }
-    })
+        })
 }
 
 pub fn suback(protocol: Protocol) -> impl Strategy<Value = SubAck> {
@@ -302,70 +341,93 @@ pub fn suback(protocol: Protocol) -> impl Strategy<Value = SubAck> {
     } else {
         prop_oneof![Just(0u8), Just(1), Just(2), Just(0x80)].boxed()
     };
-    (pkid(), vec(code, 1..5), v5_or_default(protocol, ack_properties())).prop_map(
-        |(pkid, return_codes, properties)| SubAck {
+    (
+        pkid(),
+        vec(code, 1..5),
+        v5_or_default(protocol, ack_properties()),
+    )
+        .prop_map(|(pkid, return_codes, properties)| SubAck {
             pkid,
             return_codes,
             properties,
-        },
-    )
+        })
 }
 
 pub fn unsubscribe(protocol: Protocol) -> impl Strategy<Value = Unsubscribe> {
     let properties = users().prop_map(|user_properties| UnsubscribeProperties { user_properties });
-    (pkid(), vec(text(), 1..4), v5_or_default(protocol, properties)).prop_map(|(pkid, filters, properties)| {
-        Unsubscribe {
+    (
+        pkid(),
+        vec(text(), 1..4),
+        v5_or_default(protocol, properties),
+    )
+        .prop_map(|(pkid, filters, properties)| Unsubscribe {
             pkid,
             filters,
             properties,
-        }
-    })
+        })
 }
 
 pub fn unsuback(protocol: Protocol) -> impl Strategy<Value = UnsubAck> {
     let reasons = v5_or_default(protocol, vec(any::<u8>(), 1..5));
-    (pkid(), reasons, v5_or_default(protocol, ack_properties())).prop_map(|(pkid, reasons, properties)| UnsubAck {
-        pkid,
-        reasons,
-        properties,
-    })
+    (pkid(), reasons, v5_or_default(protocol, ack_properties())).prop_map(
+        |(pkid, reasons, properties)| UnsubAck {
+            pkid,
+            reasons,
+            properties,
+        },
+    )
 }
 
 pub fn disconnect(protocol: Protocol) -> impl Strategy<Value = Disconnect> {
-    let properties = (option::of(any::<u32>()), option::of(text()), users(), option::of(text())).prop_map(
-        |(expiry, reason_string, user_properties, server_reference)| DisconnectProperties {
-            session_expiry_s: expiry,
-            reason_string,
-            user_properties,
-            server_reference,
-        },
-    );
-    v5_or_default(protocol, (any::<u8>(), properties)).prop_map(|(reason, properties)| Disconnect {
-        reason,
-        properties,
-    })
+    let properties = (
+        option::of(any::<u32>()),
+        option::of(text()),
+        users(),
+        option::of(text()),
+    )
+        .prop_map(
+            |(expiry, reason_string, user_properties, server_reference)| DisconnectProperties {
+                session_expiry_s: expiry,
+                reason_string,
+                user_properties,
+                server_reference,
+            },
+        );
+    v5_or_default(protocol, (any::<u8>(), properties))
+        .prop_map(|(reason, properties)| Disconnect { reason, properties })
 }
 
 pub fn auth() -> impl Strategy<Value = Auth> {
-    let properties = (option::of(text()), option::of(binary()), option::of(text()), users()).prop_map(
-        |(authentication_method, authentication_data, reason_string, user_properties)| AuthProperties {
-            authentication_method,
-            authentication_data,
-            reason_string,
-            user_properties,
-        },
-    );
+    let properties = (
+        option::of(text()),
+        option::of(binary()),
+        option::of(text()),
+        users(),
+    )
+        .prop_map(
+            |(authentication_method, authentication_data, reason_string, user_properties)| {
+                AuthProperties {
+                    authentication_method,
+                    authentication_data,
+                    reason_string,
+                    user_properties,
+                }
+            },
+        );
     (any::<u8>(), properties).prop_map(|(reason, properties)| Auth { reason, properties })
 }
 
 pub fn connack(protocol: Protocol) -> impl Strategy<Value = ConnAck> {
-    (any::<bool>(), any::<u8>(), v5_or_default(protocol, connack_properties())).prop_map(
-        |(session_present, code, properties)| ConnAck {
+    (
+        any::<bool>(),
+        any::<u8>(),
+        v5_or_default(protocol, connack_properties()),
+    )
+        .prop_map(|(session_present, code, properties)| ConnAck {
             session_present,
             code,
             properties,
-        },
-    )
+        })
 }
 
 /// Any valid packet of `protocol`.
@@ -396,4 +458,3 @@ pub fn packet(protocol: Protocol) -> BoxedStrategy<Packet> {
 pub fn protocol_and_packet() -> impl Strategy<Value = (Protocol, Packet)> {
     protocol().prop_flat_map(|protocol| (Just(protocol), packet(protocol)))
 }
-

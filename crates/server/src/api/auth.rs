@@ -81,7 +81,10 @@ pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
             .filter(|v| !v.is_empty())
     };
     let value = header("x-authorization").or_else(|| header("authorization"))?;
-    value.strip_prefix("Bearer ").map(str::trim).filter(|t| !t.is_empty())
+    value
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
 }
 
 fn token_error(err: TokenError) -> ApiError {
@@ -95,7 +98,8 @@ impl FromRequestParts<AppState> for CurrentUser {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let token = bearer_token(&parts.headers).ok_or_else(|| ApiError::unauthorized("Authentication failed"))?;
+        let token = bearer_token(&parts.headers)
+            .ok_or_else(|| ApiError::unauthorized("Authentication failed"))?;
         let claims = state.auth.verify(token).map_err(token_error)?;
         CurrentUser::from_claims(&claims)
     }
@@ -133,13 +137,18 @@ struct LoginRequest {
     password: Option<String>,
 }
 
-fn issue(state: &AppState, user: &User, session_id: Option<&str>) -> Result<Json<TokenPair>, ApiError> {
+fn issue(
+    state: &AppState,
+    user: &User,
+    session_id: Option<&str>,
+) -> Result<Json<TokenPair>, ApiError> {
     let now = token::now_s();
     let pair = match session_id {
         Some(session) => state.auth.issue_in_session(user, session, now),
         None => state.auth.issue(user, now),
     };
-    pair.map(Json).map_err(|e| ApiError::internal(e.to_string()))
+    pair.map(Json)
+        .map_err(|e| ApiError::internal(e.to_string()))
 }
 
 async fn login(
@@ -182,7 +191,8 @@ async fn refresh(
     if !claims.is_refresh() {
         return Err(ApiError::unauthorized("Authentication failed"));
     }
-    let user_id = Uuid::parse_str(&claims.user_id).map_err(|_| ApiError::unauthorized("Authentication failed"))?;
+    let user_id = Uuid::parse_str(&claims.user_id)
+        .map_err(|_| ApiError::unauthorized("Authentication failed"))?;
     // The user may have been disabled or deleted since the login.
     let user = blocking(&state, move |e| Ok(e.user(user_id)?))
         .await?
@@ -193,7 +203,10 @@ async fn refresh(
     issue(&state, &user, Some(&claims.session_id))
 }
 
-async fn current_user(State(state): State<AppState>, caller: CurrentUser) -> Result<Json<Value>, ApiError> {
+async fn current_user(
+    State(state): State<AppState>,
+    caller: CurrentUser,
+) -> Result<Json<Value>, ApiError> {
     let user_id = caller.user_id;
     let user = blocking(&state, move |e| Ok(e.user(user_id)?))
         .await?
@@ -219,7 +232,11 @@ mod tests {
         h.insert("x-authorization", HeaderValue::from_static("Bearer xyz"));
         assert_eq!(bearer_token(&h), Some("xyz"), "X-Authorization wins");
         h.insert("x-authorization", HeaderValue::from_static("  "));
-        assert_eq!(bearer_token(&h), Some("abc"), "a blank X-Authorization falls back");
+        assert_eq!(
+            bearer_token(&h),
+            Some("abc"),
+            "a blank X-Authorization falls back"
+        );
         h.insert("authorization", HeaderValue::from_static("Basic abc"));
         assert_eq!(bearer_token(&h), None);
     }

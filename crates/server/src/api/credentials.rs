@@ -8,11 +8,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::auth::CurrentUser;
+use super::blocking;
 use super::devices::owned_device;
 use super::error::ApiError;
 use super::extract::{IdPath, JsonBody};
 use super::json::{entity_id, uuid_of, IdIn};
-use super::blocking;
 use crate::AppState;
 
 /// `{"id":{"id":…},"createdTime","deviceId","credentialsType","credentialsId","credentialsValue","version"}`.
@@ -47,8 +47,9 @@ impl CredentialsIn {
             .credentials_type
             .as_deref()
             .ok_or_else(|| ApiError::bad_request("Device credentials type should be specified"))?;
-        let credentials_type = CredentialsType::parse(kind)
-            .ok_or_else(|| ApiError::bad_request(format!("Invalid device credentials type: {kind}")))?;
+        let credentials_type = CredentialsType::parse(kind).ok_or_else(|| {
+            ApiError::bad_request(format!("Invalid device credentials type: {kind}"))
+        })?;
         let credentials_value = match &self.credentials_value {
             None | Some(Value::Null) => None,
             Some(Value::String(text)) => Some(text.clone()),

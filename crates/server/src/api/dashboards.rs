@@ -65,20 +65,34 @@ pub fn dashboard_info_json(d: &Dashboard) -> Value {
 /// Reads the fields the server understands from a client's dashboard object.
 fn draft(body: Value) -> Result<DashboardDraft, ApiError> {
     let Value::Object(body) = body else {
-        return Err(ApiError::bad_request("Invalid request body: a dashboard must be a JSON object"));
+        return Err(ApiError::bad_request(
+            "Invalid request body: a dashboard must be a JSON object",
+        ));
     };
     let id = match body.get("id").and_then(|id| id.get("id")) {
         None | Some(Value::Null) => None,
         Some(Value::String(text)) => Some(
-            Uuid::parse_str(text).map_err(|_| ApiError::bad_request(format!("Invalid UUID string: {text}")))?,
+            Uuid::parse_str(text)
+                .map_err(|_| ApiError::bad_request(format!("Invalid UUID string: {text}")))?,
         ),
-        Some(other) => return Err(ApiError::bad_request(format!("Invalid dashboard id: {other}"))),
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "Invalid dashboard id: {other}"
+            )))
+        }
     };
     let version = match body.get("version") {
         None | Some(Value::Null) => None,
-        Some(v) => Some(v.as_i64().ok_or_else(|| ApiError::bad_request("Invalid dashboard version"))?),
+        Some(v) => Some(
+            v.as_i64()
+                .ok_or_else(|| ApiError::bad_request("Invalid dashboard version"))?,
+        ),
     };
-    let title = body.get("title").and_then(Value::as_str).unwrap_or_default().to_string();
+    let title = body
+        .get("title")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     Ok(DashboardDraft {
         id,
         version,
@@ -88,16 +102,22 @@ fn draft(body: Value) -> Result<DashboardDraft, ApiError> {
 }
 
 fn owned_dashboard(e: &Entities, tenant_id: Uuid, id: Uuid) -> Result<Dashboard, ApiError> {
-    owned(e.dashboard(id)?, tenant_id, |d| d.tenant_id, || {
-        format!("Dashboard with id [{id}] is not found")
-    })
+    owned(
+        e.dashboard(id)?,
+        tenant_id,
+        |d| d.tenant_id,
+        || format!("Dashboard with id [{id}] is not found"),
+    )
 }
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route("/api/tenant/dashboards", get(list_dashboards))
         .route("/api/dashboard", post(save_dashboard))
-        .route("/api/dashboard/{id}", get(get_dashboard).delete(delete_dashboard))
+        .route(
+            "/api/dashboard/{id}",
+            get(get_dashboard).delete(delete_dashboard),
+        )
         .route("/api/dashboard/info/{id}", get(get_dashboard_info))
 }
 
@@ -183,7 +203,10 @@ mod tests {
         let full = dashboard_json(&d);
         assert_eq!(full["configuration"], json!({"widgets": {}}));
         assert_eq!(full["custom"], 1);
-        assert_eq!((full["title"].clone(), full["name"].clone()), (json!("Fleet"), json!("Fleet")));
+        assert_eq!(
+            (full["title"].clone(), full["name"].clone()),
+            (json!("Fleet"), json!("Fleet"))
+        );
         assert_eq!(full["id"]["entityType"], "DASHBOARD");
         let info = dashboard_info_json(&d);
         assert_eq!(info.as_object().unwrap().len(), INFO_FIELDS.len());
@@ -194,8 +217,13 @@ mod tests {
     #[test]
     fn draft_reads_id_version_title() {
         let id = Uuid::new_v4();
-        let d = draft(json!({"id": {"entityType": "DASHBOARD", "id": id}, "version": 3, "title": "T"})).unwrap();
-        assert_eq!((d.id, d.version, d.title.as_str()), (Some(id), Some(3), "T"));
+        let d =
+            draft(json!({"id": {"entityType": "DASHBOARD", "id": id}, "version": 3, "title": "T"}))
+                .unwrap();
+        assert_eq!(
+            (d.id, d.version, d.title.as_str()),
+            (Some(id), Some(3), "T")
+        );
         assert!(draft(json!([1])).is_err());
         assert!(draft(json!({"id": {"id": "x"}})).is_err());
     }

@@ -87,16 +87,26 @@ impl DeviceIn {
 }
 
 /// The device of `tenant_id`: 404 if absent, 403 if another tenant's.
-pub(crate) fn owned_device(e: &Entities, tenant_id: Uuid, device_id: Uuid) -> Result<Device, ApiError> {
-    owned(e.device_by_id(device_id)?, tenant_id, |d| d.tenant_id, || {
-        format!("Device with id [{device_id}] is not found")
-    })
+pub(crate) fn owned_device(
+    e: &Entities,
+    tenant_id: Uuid,
+    device_id: Uuid,
+) -> Result<Device, ApiError> {
+    owned(
+        e.device_by_id(device_id)?,
+        tenant_id,
+        |d| d.tenant_id,
+        || format!("Device with id [{device_id}] is not found"),
+    )
 }
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route("/api/device", post(save_device))
-        .route("/api/device-with-credentials", post(save_device_with_credentials))
+        .route(
+            "/api/device-with-credentials",
+            post(save_device_with_credentials),
+        )
         .route("/api/device/{id}", get(get_device).delete(delete_device))
         .route("/api/device/info/{id}", get(get_device_info))
         .route("/api/device/types", get(device_types))
@@ -133,7 +143,11 @@ fn save(
         let incremental = params.uniquify_strategy.as_deref() == Some("INCREMENTAL");
         let base = draft.name.clone();
         for attempt in 1u32.. {
-            let suffix = if incremental { attempt.to_string() } else { random_alphanumeric(6).to_lowercase() };
+            let suffix = if incremental {
+                attempt.to_string()
+            } else {
+                random_alphanumeric(6).to_lowercase()
+            };
             draft.name = format!("{base}{separator}{suffix}");
             if e.device_by_name(tenant_id, &draft.name)?.is_none() {
                 break;
@@ -156,7 +170,10 @@ async fn save_device(
         .filter(|t| !t.is_empty())
         .map(CredentialsDraft::access_token);
     let draft = body.draft();
-    let device = blocking(&state, move |e| save(e, tenant_id, draft, credentials, &params)).await?;
+    let device = blocking(&state, move |e| {
+        save(e, tenant_id, draft, credentials, &params)
+    })
+    .await?;
     Ok(Json(device_json(&device)))
 }
 
@@ -177,13 +194,30 @@ async fn save_device_with_credentials(
         .as_ref()
         .ok_or_else(|| ApiError::bad_request("Device should be specified!"))?
         .draft();
-    let credentials = body.credentials.as_ref().map(CredentialsIn::draft).transpose()?;
+    let credentials = body
+        .credentials
+        .as_ref()
+        .map(CredentialsIn::draft)
+        .transpose()?;
     let device = blocking(&state, move |e| {
         let existing = draft.id;
-        let device = save(e, tenant_id, draft, credentials.clone(), &SaveParams::default())?;
+        let device = save(
+            e,
+            tenant_id,
+            draft,
+            credentials.clone(),
+            &SaveParams::default(),
+        )?;
         // On update the device keeps its credentials unless new ones were sent.
         if let (Some(_), Some(credentials)) = (existing, credentials) {
-            e.update_device_credentials(tenant_id, device.id, &CredentialsDraft { id: None, ..credentials })?;
+            e.update_device_credentials(
+                tenant_id,
+                device.id,
+                &CredentialsDraft {
+                    id: None,
+                    ..credentials
+                },
+            )?;
         }
         Ok(device)
     })
@@ -225,7 +259,10 @@ async fn delete_device(
     Ok(StatusCode::OK)
 }
 
-async fn device_types(State(state): State<AppState>, caller: CurrentUser) -> Result<Json<Value>, ApiError> {
+async fn device_types(
+    State(state): State<AppState>,
+    caller: CurrentUser,
+) -> Result<Json<Value>, ApiError> {
     let tenant_id = caller.tenant_admin()?;
     let types = blocking(&state, move |e| Ok(e.device_types(tenant_id)?)).await?;
     let tenant = entity_id("TENANT", tenant_id);
@@ -248,16 +285,18 @@ async fn devices_by_ids(
     Query(params): Query<IdsParams>,
 ) -> Result<Json<Value>, ApiError> {
     let tenant_id = caller.tenant_admin()?;
-    let text = params
-        .device_ids
-        .ok_or_else(|| ApiError::bad_request("Required request parameter 'deviceIds' is not present"))?;
+    let text = params.device_ids.ok_or_else(|| {
+        ApiError::bad_request("Required request parameter 'deviceIds' is not present")
+    })?;
     let ids = text
         .split(',')
         .filter(|s| !s.trim().is_empty())
         .map(parse_uuid)
         .collect::<Result<Vec<_>, _>>()?;
     let devices = blocking(&state, move |e| Ok(e.devices_by_ids(tenant_id, &ids)?)).await?;
-    Ok(Json(Value::Array(devices.iter().map(device_json).collect())))
+    Ok(Json(Value::Array(
+        devices.iter().map(device_json).collect(),
+    )))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -298,9 +337,9 @@ async fn tenant_device(
     Query(params): Query<ListParams>,
 ) -> Result<Json<Value>, ApiError> {
     let tenant_id = caller.tenant_admin()?;
-    let name = params
-        .device_name
-        .ok_or_else(|| ApiError::bad_request("Required request parameter 'deviceName' is not present"))?;
+    let name = params.device_name.ok_or_else(|| {
+        ApiError::bad_request("Required request parameter 'deviceName' is not present")
+    })?;
     let device = blocking(&state, move |e| by_name(e, tenant_id, &name)).await?;
     Ok(Json(device_json(&device)))
 }

@@ -61,12 +61,20 @@ impl ApiError {
 
     /// 401, errorCode 11 "Token has expired".
     pub fn token_expired() -> ApiError {
-        ApiError::json(StatusCode::UNAUTHORIZED, code::JWT_TOKEN_EXPIRED, "Token has expired")
+        ApiError::json(
+            StatusCode::UNAUTHORIZED,
+            code::JWT_TOKEN_EXPIRED,
+            "Token has expired",
+        )
     }
 
     /// 403, errorCode 20, ThingsBoard's permission message.
     pub fn forbidden() -> ApiError {
-        ApiError::json(StatusCode::FORBIDDEN, code::PERMISSION_DENIED, PERMISSION_DENIED_MESSAGE)
+        ApiError::json(
+            StatusCode::FORBIDDEN,
+            code::PERMISSION_DENIED,
+            PERMISSION_DENIED_MESSAGE,
+        )
     }
 
     /// 409, errorCode 35.
@@ -108,7 +116,11 @@ impl From<EntityError> for ApiError {
             // The cause is logged here, where it is known; the client gets ThingsBoard's generic text.
             EntityError::Database(e) => {
                 tracing::error!(error = %e, "entity store");
-                ApiError::json(StatusCode::INTERNAL_SERVER_ERROR, code::DATABASE, "Database error")
+                ApiError::json(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    code::DATABASE,
+                    "Database error",
+                )
             }
             other => ApiError::internal(other.to_string()),
         }
@@ -188,8 +200,12 @@ mod tests {
 
     #[test]
     fn plain_errors_are_text() {
-        let response = ApiError::plain(StatusCode::BAD_REQUEST, "Invalid scope: CLIENT_SCOPE").into_response();
+        let response =
+            ApiError::plain(StatusCode::BAD_REQUEST, "Invalid scope: CLIENT_SCOPE").into_response();
         assert_eq!(response.status(), StatusCode::BAD_REQUEST);
-        assert_eq!(response.headers()[header::CONTENT_TYPE], "text/plain;charset=UTF-8");
+        assert_eq!(
+            response.headers()[header::CONTENT_TYPE],
+            "text/plain;charset=UTF-8"
+        );
     }
 }

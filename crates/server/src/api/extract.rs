@@ -78,5 +78,6 @@ where
 
 /// Parses a UUID parameter, with ThingsBoard's message on failure.
 pub fn parse_uuid(text: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(text.trim()).map_err(|_| ApiError::bad_request(format!("Invalid UUID string: {text}")))
+    Uuid::parse_str(text.trim())
+        .map_err(|_| ApiError::bad_request(format!("Invalid UUID string: {text}")))
 }

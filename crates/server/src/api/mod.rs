@@ -55,7 +55,10 @@ async fn health() -> Json<Value> {
 }
 
 async fn not_found(uri: Uri) -> ApiError {
-    ApiError::not_found(format!("No static resource {}.", uri.path().trim_start_matches('/')))
+    ApiError::not_found(format!(
+        "No static resource {}.",
+        uri.path().trim_start_matches('/')
+    ))
 }
 
 async fn method_not_allowed(method: Method) -> ApiError {

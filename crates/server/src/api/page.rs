@@ -85,7 +85,10 @@ mod tests {
     #[test]
     fn validates_like_thingsboard() {
         let q = params(Some("10"), Some("2"), Some("desc")).query().unwrap();
-        assert_eq!((q.page_size, q.page, q.sort_order), (10, 2, SortOrder::Desc));
+        assert_eq!(
+            (q.page_size, q.page, q.sort_order),
+            (10, 2, SortOrder::Desc)
+        );
         for bad in [
             params(None, Some("0"), None),
             params(Some("10"), None, None),

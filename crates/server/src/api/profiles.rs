@@ -108,15 +108,21 @@ impl ProfileIn {
 }
 
 fn owned_profile(e: &Entities, tenant_id: Uuid, id: Uuid) -> Result<DeviceProfile, ApiError> {
-    owned(e.device_profile(id)?, tenant_id, |p| p.tenant_id, || {
-        format!("Device profile with id [{id}] is not found")
-    })
+    owned(
+        e.device_profile(id)?,
+        tenant_id,
+        |p| p.tenant_id,
+        || format!("Device profile with id [{id}] is not found"),
+    )
 }
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route("/api/deviceProfile", post(save_profile))
-        .route("/api/deviceProfile/{id}", get(get_profile).delete(delete_profile))
+        .route(
+            "/api/deviceProfile/{id}",
+            get(get_profile).delete(delete_profile),
+        )
         .route("/api/deviceProfile/{id}/default", post(set_default))
         .route("/api/deviceProfile/names", get(profile_names))
         .route("/api/deviceProfiles", get(list_profiles))
@@ -162,7 +168,10 @@ async fn get_profile_info(
     Ok(Json(profile_info_json(&profile)))
 }
 
-async fn default_profile_info(State(state): State<AppState>, caller: CurrentUser) -> Result<Json<Value>, ApiError> {
+async fn default_profile_info(
+    State(state): State<AppState>,
+    caller: CurrentUser,
+) -> Result<Json<Value>, ApiError> {
     let tenant_id = caller.tenant_admin()?;
     let profile = blocking(&state, move |e| {
         e.default_device_profile(tenant_id)?
@@ -233,7 +242,10 @@ async fn list(
     let tenant_id = caller.tenant_admin()?;
     let query = params.page.query()?;
     let transport = params.transport_type.filter(|t| !t.is_empty());
-    let page = blocking(&state, move |e| Ok(e.device_profiles(tenant_id, transport.as_deref(), &query)?)).await?;
+    let page = blocking(&state, move |e| {
+        Ok(e.device_profiles(tenant_id, transport.as_deref(), &query)?)
+    })
+    .await?;
     Ok(Json(page_json(&page, render)))
 }
 

@@ -25,7 +25,10 @@ pub const SECRET_FILE: &str = "jwt.secret";
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
     #[error("JWT secret file {path}: {source}")]
-    SecretFile { path: PathBuf, source: std::io::Error },
+    SecretFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("JWT secret file {path} is empty")]
     EmptySecret { path: PathBuf },
     #[error("cannot sign a token: {0}")]
@@ -134,7 +137,11 @@ impl Auth {
         } else {
             config.jwt_secret.as_bytes().to_vec()
         };
-        Ok(Auth::from_secret(&secret, config.access_token_ttl_s, config.refresh_token_ttl_s))
+        Ok(Auth::from_secret(
+            &secret,
+            config.access_token_ttl_s,
+            config.refresh_token_ttl_s,
+        ))
     }
 
     pub fn from_secret(secret: &[u8], access_ttl_s: u64, refresh_ttl_s: u64) -> Auth {
@@ -156,7 +163,12 @@ impl Auth {
     }
 
     /// A new pair in an existing session (token refresh keeps the session id).
-    pub fn issue_in_session(&self, user: &User, session_id: &str, now_s: u64) -> Result<TokenPair, AuthError> {
+    pub fn issue_in_session(
+        &self,
+        user: &User,
+        session_id: &str,
+        now_s: u64,
+    ) -> Result<TokenPair, AuthError> {
         let access = Claims {
             sub: user.email.clone(),
             user_id: user.id.to_string(),

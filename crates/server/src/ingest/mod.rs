@@ -30,7 +30,7 @@ pub enum IngestError {
     #[error("ingest log: {0}")]
     Log(#[from] fleetwire_log::LogError),
     #[error("time-series store: {0}")]
-    Tsdb(#[from] fleetwire_tsdb::TsdbError),
+    Tsdb(#[from] fleetwire_tsdb::Error),
     #[error("attribute store: {0}")]
     Attributes(#[from] attributes::AttributeError),
     #[error("the ingest log refuses writes after a write or sync failure; restart the server")]
@@ -49,6 +49,7 @@ pub(crate) struct PartitionProgress {
 
 pub struct Ingest {
     log: Arc<Log>,
+    partitions: u16,
     durable: watch::Receiver<u64>,
     tsdb: Arc<Tsdb>,
     attributes: Arc<AttributeStore>,
@@ -64,7 +65,7 @@ impl Ingest {
         let dir = &config.data_dir;
         let (durable_tx, durable) = watch::channel(0u64);
         let mut log_options = LogOptions::new(dir.join("log"));
-        log_options.partitions = config.log.partitions;
+        log_options.partition_count = u32::from(config.log.partitions);
         log_options.segment_bytes_max = config.log.segment_bytes_max;
         log_options.group_commit_max_delay_us = config.log.group_commit_max_delay_us;
         log_options.durability = match config.log.durability {
@@ -75,7 +76,7 @@ impl Ingest {
         let listener = Box::new(move |seq: u64| {
             durable_tx.send_replace(seq);
         });
-        let log = Arc::new(Log::open(log_options, listener)?);
+        let log = Arc::new(Log::open_with_listener(log_options, listener)?);
         let tsdb_options = TsdbOptions {
             chunk_points_max: config.tsdb.chunk_points_max,
             ..TsdbOptions::default()
@@ -100,7 +101,8 @@ impl Ingest {
                 attributes: attributes.clone(),
                 progress: progress.clone(),
                 shutdown: shutdown.clone(),
-                head_age_max_ms: config.tsdb.head_age_max_s.saturating_mul(1000),
+                head_age_max: Duration::from_secs(config.tsdb.head_age_max_s),
+                head_log_bytes_max: config.tsdb.head_log_bytes_max / u64::from(partitions),
             };
             let handle = std::thread::Builder::new()
                 .name(format!("processor-{partition}"))
@@ -110,6 +112,7 @@ impl Ingest {
         }
         Ok(Ingest {
             log,
+            partitions,
             durable,
             tsdb,
             attributes,
@@ -124,7 +127,7 @@ impl Ingest {
     pub fn partition_of(&self, device: Uuid) -> u16 {
         let bits = device.as_u128();
         let folded = (bits as u64) ^ ((bits >> 64) as u64);
-        (folded % u64::from(self.log.partitions())) as u16
+        (folded % u64::from(self.partitions)) as u16
     }
 
     /// Appends one encoded record for `device`; returns the sequence number to wait for with [`durable`].
@@ -135,8 +138,8 @@ impl Ingest {
             return Err(IngestError::ShuttingDown);
         }
         let partition = self.partition_of(device);
-        self.log.append(partition, record).map_err(|e| match e {
-            fleetwire_log::LogError::Poisoned => IngestError::Poisoned,
+        self.log.append(u32::from(partition), record).map_err(|e| match e {
+            fleetwire_log::LogError::Poisoned { .. } => IngestError::Poisoned,
             other => IngestError::Log(other),
         })
     }
@@ -176,7 +179,9 @@ impl Ingest {
     /// was durable when this call started, so a query sees every write acknowledged before it.
     pub async fn caught_up(&self, device: Uuid, timeout: Duration) {
         let partition = self.partition_of(device);
-        let target = self.log.end_offset(partition);
+        let Ok(target) = self.log.end_offset(u32::from(partition)) else {
+            return;
+        };
         let progress = &self.progress[usize::from(partition)];
         let deadline = tokio::time::Instant::now() + timeout;
         while progress.applied.load(Ordering::Acquire) < target {

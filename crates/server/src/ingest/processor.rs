@@ -9,12 +9,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::collections::VecDeque;
+
 use fleetwire_log::Log;
 use fleetwire_model::Record;
-use fleetwire_tsdb::Tsdb;
+use fleetwire_tsdb::{Source, Tsdb};
 
 use super::attributes::AttributeStore;
-use super::{now_ms, PartitionProgress};
+use super::PartitionProgress;
 
 /// How often the processor seals old heads, persists and checkpoints.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
@@ -28,7 +30,10 @@ pub(super) struct Processor {
     pub attributes: Arc<AttributeStore>,
     pub progress: Arc<Vec<PartitionProgress>>,
     pub shutdown: Arc<AtomicBool>,
-    pub head_age_max_ms: u64,
+    /// Heads holding log records older than this are sealed, so the log behind them can be reclaimed.
+    pub head_age_max: Duration,
+    /// Most log bytes of this partition that unsealed heads may pin.
+    pub head_log_bytes_max: u64,
 }
 
 impl Processor {
@@ -42,8 +47,9 @@ impl Processor {
 
     fn run_inner(&self) -> Result<(), super::IngestError> {
         let partition = self.partition;
-        let start = self.log.checkpoint_of(partition);
-        let mut reader = self.log.reader(partition, start)?;
+        let log_partition = u32::from(partition);
+        let start = self.log.checkpoint_of(log_partition)?;
+        let mut reader = self.log.reader(log_partition, start)?;
         let replay_started = Instant::now();
         let mut replayed = 0u64;
         let mut offset = start;
@@ -51,10 +57,12 @@ impl Processor {
         progress.applied.store(offset, Ordering::Release);
         let mut last_checkpoint = Instant::now();
         let mut replaying = true;
+        // (when, applied offset) samples, to find the log position that is `head_age_max` old.
+        let mut history: VecDeque<(Instant, u64)> = VecDeque::new();
         loop {
             let mut applied = 0u64;
-            while let Some(entry) = reader.next()? {
-                self.apply(entry.offset, entry.bytes);
+            while let Some(entry) = reader.next_record()? {
+                self.apply(entry.offset, entry.payload);
                 offset = entry.next_offset;
                 progress.applied.store(offset, Ordering::Release);
                 applied += 1;
@@ -78,60 +86,81 @@ impl Processor {
             }
             let stopping = self.shutdown.load(Ordering::Acquire);
             if stopping || last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL {
-                self.checkpoint(offset, stopping);
-                last_checkpoint = Instant::now();
+                let now = Instant::now();
+                history.push_back((now, offset));
+                let mut aged = start;
+                while let Some(&(when, at)) = history.front() {
+                    if now.duration_since(when) < self.head_age_max {
+                        break;
+                    }
+                    aged = at;
+                    history.pop_front();
+                }
+                let seal_below = if stopping {
+                    u64::MAX
+                } else {
+                    aged.max(offset.saturating_sub(self.head_log_bytes_max))
+                };
+                self.checkpoint(offset, seal_below);
+                last_checkpoint = now;
             }
             if stopping {
                 return Ok(());
             }
             if applied == 0 {
-                self.log.wait_for_data(partition, offset, IDLE_WAIT);
+                self.log.wait_for_data(log_partition, offset, IDLE_WAIT)?;
             }
         }
     }
 
     fn apply(&self, offset: u64, bytes: &[u8]) {
-        match Record::decode(bytes) {
-            Ok(Record::Telemetry { entity, records }) => {
-                for group in &records {
-                    for kv in &group.kvs {
-                        self.tsdb
-                            .write(entity, &kv.key, group.ts, &kv.value, self.partition, offset);
-                    }
-                }
-            }
+        let source = Source {
+            partition: self.partition,
+            pos: offset,
+        };
+        let result = match Record::decode(bytes) {
+            Ok(Record::Telemetry { entity, records }) => self
+                .tsdb
+                .write_records(source, entity, &records)
+                .map_err(super::IngestError::from),
             Ok(Record::Attributes {
                 entity,
                 scope,
                 ts,
                 kvs,
-            }) => self.attributes.apply(entity, scope, ts, &kvs),
+            }) => {
+                self.attributes.apply(entity, scope, ts, &kvs);
+                Ok(())
+            }
             // Records are validated before they are appended and CRC-checked by the log, so this means a
             // record written by a newer version: skip it loudly rather than stop the partition.
-            Err(e) => tracing::error!(partition = self.partition, offset, error = %e, "undecodable log record"),
+            Err(e) => {
+                tracing::error!(partition = self.partition, offset, error = %e, "undecodable log record");
+                Ok(())
+            }
+        };
+        if let Err(e) = result {
+            // The store is poisoned; the record stays in the log (the checkpoint cannot pass it) and is
+            // replayed after a restart.
+            tracing::error!(partition = self.partition, offset, error = %e, "cannot apply a log record");
         }
     }
 
-    /// Seals heads that are too old, persists the stores, then records in the log how far it may be
-    /// trimmed. The order matters: the checkpoint must never pass data that is not yet persisted.
-    fn checkpoint(&self, applied: u64, seal_everything: bool) {
+    /// Seals the heads that pin log data below `seal_below`, persists the stores, then records in the log
+    /// how far it may be trimmed. The order matters: the checkpoint never passes data not yet persisted.
+    fn checkpoint(&self, applied: u64, seal_below: u64) {
         let partition = self.partition;
-        let now_ms = now_ms();
         let result = (|| -> Result<(), super::IngestError> {
-            if seal_everything {
-                self.tsdb.seal_partition(partition)?;
-            } else {
-                self.tsdb
-                    .seal_older_than(partition, now_ms, self.head_age_max_ms)?;
-            }
+            self.tsdb.seal_heads_below(partition, seal_below)?;
             self.tsdb.persist()?;
             self.attributes.persist()?;
             let keep_from = self
                 .tsdb
                 .min_unsealed_source(partition)
                 .map_or(applied, |pinned| pinned.min(applied));
-            if keep_from > self.log.checkpoint_of(partition) {
-                self.log.checkpoint(partition, keep_from)?;
+            let log_partition = u32::from(partition);
+            if keep_from > self.log.checkpoint_of(log_partition)? {
+                self.log.checkpoint(log_partition, keep_from)?;
             }
             Ok(())
         })();

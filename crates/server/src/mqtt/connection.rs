@@ -67,9 +67,9 @@ pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
         Ok(Ok(None)) | Err(_) => return,
         Ok(Err(e)) => {
             tracing::debug!(%peer, error = %e, "bad CONNECT");
-            if let DecodeError::UnsupportedProtocolVersion(_) = e {
-                // Answer in 3.1.1 form, which every client version can read.
-                let code = e.connack_code(Protocol::V311);
+            // An unsupported version is answered (in 3.1.1 form, which every client reads); other
+            // malformed CONNECTs are closed without an answer.
+            if let Some(code) = e.connack_code(Protocol::V311) {
                 let _ = send_connack(&mut stream, Protocol::V311, code).await;
             }
             return;
