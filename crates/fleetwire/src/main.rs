@@ -7,7 +7,11 @@ use clap::{Parser, Subcommand};
 use fleetwire_server::Config;
 
 #[derive(Parser)]
-#[command(name = "fleetwire", version, about = "IoT telemetry platform and MQTT broker")]
+#[command(
+    name = "fleetwire",
+    version,
+    about = "IoT telemetry platform and MQTT broker"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -67,7 +71,10 @@ fn main() -> anyhow::Result<()> {
         }
         Command::CheckConfig { config } => {
             let config = Config::load(config.as_deref()).context("loading configuration")?;
-            println!("{}", toml::to_string_pretty(&config).context("printing configuration")?);
+            println!(
+                "{}",
+                toml::to_string_pretty(&config).context("printing configuration")?
+            );
             eprintln!("configuration is valid");
             Ok(())
         }

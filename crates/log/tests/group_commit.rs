@@ -158,15 +158,20 @@ fn wait_for_data_blocks_until_the_partition_grows() {
         std::thread::spawn(move || {
             let mut reader = log.reader(1, 0).unwrap();
             let mut got = Vec::new();
-            while got.len() < 3 {
+            // A processor's loop: read everything durable, then block until there is more.
+            loop {
                 while let Some(record) = reader.next_record().unwrap() {
                     got.push(record.payload.to_vec());
                 }
-                let t0 = Instant::now();
+                if got.len() == 3 {
+                    return got;
+                }
                 let end = log.wait_for_data(1, reader.offset(), TIMEOUT).unwrap();
-                eprintln!("waited {:?} at {} -> {end}, got {}", t0.elapsed(), reader.offset(), got.len());
+                assert!(
+                    end > reader.offset(),
+                    "woken without new data before the timeout"
+                );
             }
-            got
         })
     };
     std::thread::sleep(Duration::from_millis(20));

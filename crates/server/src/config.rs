@@ -334,7 +334,10 @@ mod tests {
         let keys = toml::to_string(&Config::default()).unwrap();
         for line in keys.lines().filter(|l| l.contains(" = ")) {
             let key = line.split(" = ").next().unwrap();
-            assert!(DEFAULT_TOML.contains(&format!("\n{key} = ")), "fleetwire.toml lacks {key}");
+            assert!(
+                DEFAULT_TOML.contains(&format!("\n{key} = ")),
+                "fleetwire.toml lacks {key}"
+            );
         }
     }
 

@@ -41,16 +41,20 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     let state = tokio::task::block_in_place(|| AppState::open(config))?;
     let report = state.entities.bootstrap(&spec)?;
 
-    let mqtt = TcpListener::bind(mqtt_addr).await.map_err(|source| ServeError::Bind {
-        what: "MQTT",
-        addr: mqtt_addr,
-        source,
-    })?;
-    let http = TcpListener::bind(http_addr).await.map_err(|source| ServeError::Bind {
-        what: "HTTP",
-        addr: http_addr,
-        source,
-    })?;
+    let mqtt = TcpListener::bind(mqtt_addr)
+        .await
+        .map_err(|source| ServeError::Bind {
+            what: "MQTT",
+            addr: mqtt_addr,
+            source,
+        })?;
+    let http = TcpListener::bind(http_addr)
+        .await
+        .map_err(|source| ServeError::Bind {
+            what: "HTTP",
+            addr: http_addr,
+            source,
+        })?;
     tracing::info!(data_dir = %data_dir.display(), "stores open");
     println!("Fleetwire {} is running", env!("CARGO_PKG_VERSION"));
     println!("  MQTT  mqtt://{mqtt_addr}");
@@ -60,9 +64,18 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         println!("  created account {email} with password {password}  (shown once; change it)");
     }
     if let Some(demo) = &report.demo {
-        let host = if config_is_wildcard(mqtt_addr) { "localhost".to_string() } else { mqtt_addr.ip().to_string() };
-        println!("Demo accounts: tenant@thingsboard.org / tenant, sysadmin@thingsboard.org / sysadmin");
-        println!("Demo device \"{}\" with access token {}. Send it data:", demo.name, demo.access_token);
+        let host = if config_is_wildcard(mqtt_addr) {
+            "localhost".to_string()
+        } else {
+            mqtt_addr.ip().to_string()
+        };
+        println!(
+            "Demo accounts: tenant@thingsboard.org / tenant, sysadmin@thingsboard.org / sysadmin"
+        );
+        println!(
+            "Demo device \"{}\" with access token {}. Send it data:",
+            demo.name, demo.access_token
+        );
         println!(
             "  mosquitto_pub -h {host} -p {} -V mqttv311 -u {} -t v1/devices/me/telemetry -q 1 -m '{{\"temperature\":21.5}}'",
             mqtt_addr.port(),

@@ -55,7 +55,8 @@ impl AppState {
             source,
         })?;
         let entities = Entities::open(&config.data_dir.join("entities.sqlite3"))?;
-        let auth = Auth::new(&config.auth, &config.data_dir).map_err(|e| StartError::Auth(e.to_string()))?;
+        let auth = Auth::new(&config.auth, &config.data_dir)
+            .map_err(|e| StartError::Auth(e.to_string()))?;
         let ingest = Ingest::open(&config)?;
         let state = AppState(Arc::new(Shared {
             config,
@@ -72,7 +73,9 @@ impl AppState {
                 let device = match change {
                     DeviceChange::Deleted(id) | DeviceChange::CredentialsChanged(id) => id,
                 };
-                shared.sessions.close_device(device, close_reason::ADMINISTRATIVE_ACTION);
+                shared
+                    .sessions
+                    .close_device(device, close_reason::ADMINISTRATIVE_ACTION);
             }
         }));
         Ok(state)

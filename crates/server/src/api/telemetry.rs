@@ -219,15 +219,13 @@ fn ranged(state: &AppState, device: Uuid, params: &Params) -> Result<Response, A
             )));
         }
     }
-    if params.agg != Agg::None {
-        if params.interval < 1 {
-            return Err(plain(format!(
-                "Invalid TsKvQuery: 'interval' must be greater than 0, but got {}. Please check your query parameters and ensure 'endTs' is greater than 'startTs' or increase 'interval'.",
-                params.interval
-            )));
-        }
-        // No cap on the number of intervals (ThingsBoard: 700): aggregation folds point by point with one
-        // bucket open at a time and empty buckets cost nothing, so a wide range is as cheap as its data.
+    // No cap on the number of intervals (ThingsBoard: 700): aggregation folds point by point with one
+    // bucket open at a time and empty buckets cost nothing, so a wide range is as cheap as its data.
+    if params.agg != Agg::None && params.interval < 1 {
+        return Err(plain(format!(
+            "Invalid TsKvQuery: 'interval' must be greater than 0, but got {}. Please check your query parameters and ensure 'endTs' is greater than 'startTs' or increase 'interval'.",
+            params.interval
+        )));
     }
     let limit = params.limit.min(state.config.tsdb.query_points_max);
     let query = Query {

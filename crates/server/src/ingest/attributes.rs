@@ -72,7 +72,8 @@ impl AttributeStore {
         )?;
         let mut state = State::default();
         {
-            let mut stmt = db.prepare("SELECT entity, scope, key, ts, type, value FROM attribute")?;
+            let mut stmt =
+                db.prepare("SELECT entity, scope, key, ts, type, value FROM attribute")?;
             let mut rows = stmt.query([])?;
             while let Some(row) = rows.next()? {
                 let entity: Vec<u8> = row.get(0)?;
@@ -168,7 +169,10 @@ impl AttributeStore {
         result
     }
 
-    fn write_batch(&self, batch: &[(u128, AttributeScope, String, i64, Value)]) -> Result<(), AttributeError> {
+    fn write_batch(
+        &self,
+        batch: &[(u128, AttributeScope, String, i64, Value)],
+    ) -> Result<(), AttributeError> {
         let mut db = self.db.lock();
         let tx = db.transaction()?;
         {
@@ -179,7 +183,9 @@ impl AttributeStore {
                 let entity = entity.to_be_bytes();
                 let scope = scope_code(*scope);
                 match value {
-                    Value::Bool(b) => stmt.execute(params![&entity[..], scope, key, ts, 0, i64::from(*b)])?,
+                    Value::Bool(b) => {
+                        stmt.execute(params![&entity[..], scope, key, ts, 0, i64::from(*b)])?
+                    }
                     Value::Long(v) => stmt.execute(params![&entity[..], scope, key, ts, 1, v])?,
                     Value::Double(v) => stmt.execute(params![&entity[..], scope, key, ts, 2, v])?,
                     Value::Str(s) => stmt.execute(params![&entity[..], scope, key, ts, 3, s])?,
@@ -209,11 +215,31 @@ mod tests {
         let path = dir.path().join("a.sqlite3");
         {
             let store = AttributeStore::open(&path).unwrap();
-            store.apply(7, AttributeScope::Client, 10, &[kv("fw", Value::Str("1.0".into()))]);
-            store.apply(7, AttributeScope::Client, 20, &[kv("fw", Value::Str("1.1".into()))]);
+            store.apply(
+                7,
+                AttributeScope::Client,
+                10,
+                &[kv("fw", Value::Str("1.0".into()))],
+            );
+            store.apply(
+                7,
+                AttributeScope::Client,
+                20,
+                &[kv("fw", Value::Str("1.1".into()))],
+            );
             // A replayed older write does not go back in time.
-            store.apply(7, AttributeScope::Client, 10, &[kv("fw", Value::Str("1.0".into()))]);
-            store.apply(7, AttributeScope::Shared, 5, &[kv("t", Value::Double(21.5)), kv("on", Value::Bool(true))]);
+            store.apply(
+                7,
+                AttributeScope::Client,
+                10,
+                &[kv("fw", Value::Str("1.0".into()))],
+            );
+            store.apply(
+                7,
+                AttributeScope::Shared,
+                5,
+                &[kv("t", Value::Double(21.5)), kv("on", Value::Bool(true))],
+            );
             store.persist().unwrap();
             store.apply(7, AttributeScope::Client, 30, &[kv("lost", Value::Long(1))]);
             // Not persisted: a crash loses it, and the log replays it.
@@ -224,7 +250,14 @@ mod tests {
         assert_eq!(client[0].value, Value::Str("1.1".into()));
         assert_eq!(client[0].last_update_ts, 20);
         let shared = store.get(7, AttributeScope::Shared, &["t"]);
-        assert_eq!(shared, vec![Attribute { key: "t".into(), last_update_ts: 5, value: Value::Double(21.5) }]);
+        assert_eq!(
+            shared,
+            vec![Attribute {
+                key: "t".into(),
+                last_update_ts: 5,
+                value: Value::Double(21.5)
+            }]
+        );
         assert!(store.get(8, AttributeScope::Client, &[]).is_empty());
     }
 }

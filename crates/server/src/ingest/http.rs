@@ -22,15 +22,18 @@ use crate::AppState;
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/api/v1/{token}/telemetry", post(post_telemetry))
-        .route("/api/v1/{token}/attributes", post(post_attributes).get(get_attributes))
+        .route(
+            "/api/v1/{token}/attributes",
+            post(post_attributes).get(get_attributes),
+        )
 }
 
-fn device(state: &AppState, token: &str) -> Result<DeviceAuth, Response> {
+fn device(state: &AppState, token: &str) -> Result<DeviceAuth, StatusCode> {
     // Unknown token: 401 with an empty body, as ThingsBoard answers.
     state
         .entities
         .device_by_access_token(token)
-        .ok_or_else(|| StatusCode::UNAUTHORIZED.into_response())
+        .ok_or(StatusCode::UNAUTHORIZED)
 }
 
 async fn store(state: &AppState, device: &DeviceAuth, record: Record) -> Response {
@@ -51,10 +54,14 @@ async fn store(state: &AppState, device: &DeviceAuth, record: Record) -> Respons
     }
 }
 
-async fn post_telemetry(State(state): State<AppState>, Path(token): Path<String>, body: Bytes) -> Response {
+async fn post_telemetry(
+    State(state): State<AppState>,
+    Path(token): Path<String>,
+    body: Bytes,
+) -> Response {
     let device = match device(&state, &token) {
         Ok(device) => device,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     match parse_telemetry(&body, now_ms()) {
         Ok(records) if records.iter().all(|r| r.kvs.is_empty()) => StatusCode::OK.into_response(),
@@ -66,10 +73,14 @@ async fn post_telemetry(State(state): State<AppState>, Path(token): Path<String>
     }
 }
 
-async fn post_attributes(State(state): State<AppState>, Path(token): Path<String>, body: Bytes) -> Response {
+async fn post_attributes(
+    State(state): State<AppState>,
+    Path(token): Path<String>,
+    body: Bytes,
+) -> Response {
     let device = match device(&state, &token) {
         Ok(device) => device,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     match parse_attributes(&body) {
         Ok(kvs) if kvs.is_empty() => StatusCode::OK.into_response(),
@@ -101,9 +112,12 @@ async fn get_attributes(
 ) -> Response {
     let device = match device(&state, &token) {
         Ok(device) => device,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
-    state.ingest.caught_up(device.device_id, std::time::Duration::from_secs(5)).await;
+    state
+        .ingest
+        .caught_up(device.device_id, std::time::Duration::from_secs(5))
+        .await;
     let all = keys.client_keys.is_none() && keys.shared_keys.is_none();
     let mut body = serde_json::Map::new();
     for (name, scope, wanted) in [
@@ -114,13 +128,20 @@ async fn get_attributes(
             continue;
         }
         let wanted = wanted.unwrap_or_default();
-        let refs: Vec<&str> = wanted.split(',').map(str::trim).filter(|k| !k.is_empty()).collect();
+        let refs: Vec<&str> = wanted
+            .split(',')
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .collect();
         let found = state
             .ingest
             .attributes()
             .get(device.device_id.as_u128(), scope, &refs);
         if !found.is_empty() {
-            let section = found.into_iter().map(|a| (a.key, a.value.to_json())).collect();
+            let section = found
+                .into_iter()
+                .map(|a| (a.key, a.value.to_json()))
+                .collect();
             body.insert(name.to_string(), serde_json::Value::Object(section));
         }
     }

@@ -81,7 +81,7 @@ impl Ingest {
             chunk_points_max: config.tsdb.chunk_points_max,
             ..TsdbOptions::default()
         };
-        let tsdb = Arc::new(Tsdb::open(&dir.join("tsdb"), tsdb_options)?);
+        let tsdb = Arc::new(Tsdb::open(dir.join("tsdb"), tsdb_options)?);
         let attributes = Arc::new(AttributeStore::open(&dir.join("attributes.sqlite3"))?);
         let partitions = config.log.partitions;
         let progress: Arc<Vec<PartitionProgress>> = Arc::new(
@@ -138,10 +138,12 @@ impl Ingest {
             return Err(IngestError::ShuttingDown);
         }
         let partition = self.partition_of(device);
-        self.log.append(u32::from(partition), record).map_err(|e| match e {
-            fleetwire_log::LogError::Poisoned { .. } => IngestError::Poisoned,
-            other => IngestError::Log(other),
-        })
+        self.log
+            .append(u32::from(partition), record)
+            .map_err(|e| match e {
+                fleetwire_log::LogError::Poisoned { .. } => IngestError::Poisoned,
+                other => IngestError::Log(other),
+            })
     }
 
     /// Encodes and appends a record, reusing `scratch` as the encoding buffer.

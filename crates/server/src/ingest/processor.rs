@@ -66,7 +66,8 @@ impl Processor {
                 offset = entry.next_offset;
                 progress.applied.store(offset, Ordering::Release);
                 applied += 1;
-                if applied % 4096 == 0 && last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL {
+                if applied.is_multiple_of(4096) && last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL
+                {
                     break;
                 }
             }

@@ -13,8 +13,8 @@ use fleetwire_entities::{AuthRefusal, DeviceAuth, MqttAuth};
 use fleetwire_model::record::AttributeScope;
 use fleetwire_model::{parse_attributes, parse_telemetry, Record};
 use fleetwire_mqtt::{
-    decode, encode, reason, ConnAck, Connect, DecodeError, Disconnect, Packet, Protocol, PubAck, Publish,
-    QoS, SubAck, Subscribe, UnsubAck, Unsubscribe,
+    decode, encode, reason, ConnAck, Connect, DecodeError, Disconnect, Packet, Protocol, PubAck,
+    Publish, QoS, SubAck, Subscribe, UnsubAck, Unsubscribe,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -62,19 +62,21 @@ pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
     let mut buf = BytesMut::new();
     let mut stream = stream;
     let max = state.config.mqtt.packet_bytes_max;
-    let connect = match tokio::time::timeout(CONNECT_TIMEOUT, read_connect(&mut stream, &mut buf, max)).await {
-        Ok(Ok(Some(connect))) => connect,
-        Ok(Ok(None)) | Err(_) => return,
-        Ok(Err(e)) => {
-            tracing::debug!(%peer, error = %e, "bad CONNECT");
-            // An unsupported version is answered (in 3.1.1 form, which every client reads); other
-            // malformed CONNECTs are closed without an answer.
-            if let Some(code) = e.connack_code(Protocol::V311) {
-                let _ = send_connack(&mut stream, Protocol::V311, code).await;
+    let connect =
+        match tokio::time::timeout(CONNECT_TIMEOUT, read_connect(&mut stream, &mut buf, max)).await
+        {
+            Ok(Ok(Some(connect))) => connect,
+            Ok(Ok(None)) | Err(_) => return,
+            Ok(Err(e)) => {
+                tracing::debug!(%peer, error = %e, "bad CONNECT");
+                // An unsupported version is answered (in 3.1.1 form, which every client reads); other
+                // malformed CONNECTs are closed without an answer.
+                if let Some(code) = e.connack_code(Protocol::V311) {
+                    let _ = send_connack(&mut stream, Protocol::V311, code).await;
+                }
+                return;
             }
-            return;
-        }
-    };
+        };
     let protocol = connect.protocol;
     let device = match authenticate(&state, &connect) {
         Ok(device) => device,
@@ -334,7 +336,11 @@ impl Conn<'_> {
                 }
                 match answer {
                     Ok(body) => {
-                        let prefix = if v2 { "v2/a/res/" } else { "v1/devices/me/attributes/response/" };
+                        let prefix = if v2 {
+                            "v2/a/res/"
+                        } else {
+                            "v1/devices/me/attributes/response/"
+                        };
                         self.publish_to_device(format!("{prefix}{id}"), body);
                         return None;
                     }
@@ -383,7 +389,11 @@ impl Conn<'_> {
 
     fn append(&mut self, record: Record) -> Result<(), Refusal> {
         let device = self.device.device_id;
-        match self.state.ingest.append_record(device, &record, &mut self.scratch) {
+        match self
+            .state
+            .ingest
+            .append_record(device, &record, &mut self.scratch)
+        {
             Ok(seq) => {
                 self.wait_seq = self.wait_seq.max(seq);
                 Ok(())
@@ -406,7 +416,11 @@ impl Conn<'_> {
             "getCurrentTime" => serde_json::json!({ "currentTime": now_ms() }),
             _ => return None,
         };
-        let prefix = if v2 { "v2/r/res/" } else { "v1/devices/me/rpc/response/" };
+        let prefix = if v2 {
+            "v2/r/res/"
+        } else {
+            "v1/devices/me/rpc/response/"
+        };
         Some((format!("{prefix}{id}"), Bytes::from(body.to_string())))
     }
 
@@ -421,12 +435,18 @@ impl Conn<'_> {
             match request.get(name) {
                 None | Some(serde_json::Value::Null) => Ok(None),
                 Some(serde_json::Value::String(s)) => Ok(Some(
-                    s.split(',').map(str::trim).filter(|k| !k.is_empty()).map(String::from).collect(),
+                    s.split(',')
+                        .map(str::trim)
+                        .filter(|k| !k.is_empty())
+                        .map(String::from)
+                        .collect(),
                 )),
                 // A JSON array works only with exactly one element, as in ThingsBoard.
-                Some(serde_json::Value::Array(a)) if a.len() == 1 => {
-                    Ok(Some(a[0].as_str().map(|s| vec![s.to_string()]).unwrap_or_default()))
-                }
+                Some(serde_json::Value::Array(a)) if a.len() == 1 => Ok(Some(
+                    a[0].as_str()
+                        .map(|s| vec![s.to_string()])
+                        .unwrap_or_default(),
+                )),
                 Some(_) => Err(()),
             }
         };
@@ -446,7 +466,10 @@ impl Conn<'_> {
             let refs: Vec<&str> = wanted.iter().map(String::as_str).collect();
             let found = self.state.ingest.attributes().get(entity, scope, &refs);
             if !found.is_empty() {
-                let section = found.into_iter().map(|a| (a.key, a.value.to_json())).collect();
+                let section = found
+                    .into_iter()
+                    .map(|a| (a.key, a.value.to_json()))
+                    .collect();
                 body.insert(name.to_string(), serde_json::Value::Object(section));
             }
         }
@@ -486,14 +509,26 @@ impl Conn<'_> {
         let mut codes = Vec::with_capacity(subscribe.filters.len());
         for filter in subscribe.filters {
             if topics::subscription_allowed(&filter.path, self.device.gateway) {
-                let qos = if filter.qos == QoS::AtMostOnce { QoS::AtMostOnce } else { QoS::AtLeastOnce };
+                let qos = if filter.qos == QoS::AtMostOnce {
+                    QoS::AtMostOnce
+                } else {
+                    QoS::AtLeastOnce
+                };
                 codes.push(qos as u8);
-                match self.subscriptions.iter_mut().find(|(f, _)| *f == filter.path) {
+                match self
+                    .subscriptions
+                    .iter_mut()
+                    .find(|(f, _)| *f == filter.path)
+                {
                     Some(existing) => existing.1 = qos,
                     None => self.subscriptions.push((filter.path, qos)),
                 }
             } else {
-                codes.push(if v5 { reason::TOPIC_FILTER_INVALID } else { 0x80 });
+                codes.push(if v5 {
+                    reason::TOPIC_FILTER_INVALID
+                } else {
+                    0x80
+                });
             }
         }
         self.send(Packet::SubAck(SubAck {
@@ -508,7 +543,11 @@ impl Conn<'_> {
         for filter in &unsubscribe.filters {
             let before = self.subscriptions.len();
             self.subscriptions.retain(|(f, _)| f != filter);
-            reasons.push(if self.subscriptions.len() < before { 0 } else { reason::NO_SUBSCRIPTION_EXISTED });
+            reasons.push(if self.subscriptions.len() < before {
+                0
+            } else {
+                reason::NO_SUBSCRIPTION_EXISTED
+            });
         }
         if self.protocol != Protocol::V5 {
             reasons.clear();
@@ -551,9 +590,18 @@ mod tests {
 
     #[test]
     fn filters_match_topics() {
-        assert!(filter_matches("v1/devices/me/rpc/response/+", "v1/devices/me/rpc/response/1"));
-        assert!(!filter_matches("v1/devices/me/rpc/response/+", "v1/devices/me/rpc/response/1/2"));
+        assert!(filter_matches(
+            "v1/devices/me/rpc/response/+",
+            "v1/devices/me/rpc/response/1"
+        ));
+        assert!(!filter_matches(
+            "v1/devices/me/rpc/response/+",
+            "v1/devices/me/rpc/response/1/2"
+        ));
         assert!(filter_matches("v1/#", "v1/devices/me"));
-        assert!(!filter_matches("v1/devices/me/attributes", "v1/devices/me/attributes/response/1"));
+        assert!(!filter_matches(
+            "v1/devices/me/attributes",
+            "v1/devices/me/attributes/response/1"
+        ));
     }
 }

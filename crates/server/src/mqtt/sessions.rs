@@ -71,7 +71,10 @@ pub struct SessionGuard<'a> {
 impl Drop for SessionGuard<'_> {
     fn drop(&mut self) {
         let mut map = self.sessions.by_device.lock();
-        if map.get(&self.device).is_some_and(|e| e.session == self.session) {
+        if map
+            .get(&self.device)
+            .is_some_and(|e| e.session == self.session)
+        {
             map.remove(&self.device);
         }
     }
@@ -136,12 +139,18 @@ mod tests {
         let device = Uuid::new_v4();
         let first = sessions.register(device);
         let second = sessions.register(device);
-        assert_eq!(first.signal.closed().await, close_reason::SESSION_TAKEN_OVER);
+        assert_eq!(
+            first.signal.closed().await,
+            close_reason::SESSION_TAKEN_OVER
+        );
         drop(first);
         // The old guard must not remove the new session.
         assert_eq!(sessions.len(), 1);
         sessions.close_device(device, close_reason::ADMINISTRATIVE_ACTION);
-        assert_eq!(second.signal.closed().await, close_reason::ADMINISTRATIVE_ACTION);
+        assert_eq!(
+            second.signal.closed().await,
+            close_reason::ADMINISTRATIVE_ACTION
+        );
         drop(second);
         assert!(sessions.is_empty());
     }

@@ -104,7 +104,10 @@ mod tests {
             DeviceTopic::AttributesRequest { id: "3", v2: true }
         );
         assert_eq!(classify("v1/devices/me/rpc/request/"), DeviceTopic::Unknown);
-        assert_eq!(classify("v1/devices/me/rpc/request/1/2"), DeviceTopic::Unknown);
+        assert_eq!(
+            classify("v1/devices/me/rpc/request/1/2"),
+            DeviceTopic::Unknown
+        );
         assert_eq!(classify("v2/t/p"), DeviceTopic::Unknown);
         assert_eq!(classify("some/topic"), DeviceTopic::Unknown);
     }
