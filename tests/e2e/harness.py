@@ -108,6 +108,7 @@ class FleetwireServer:
         })
         env.setdefault("RUST_LOG", "info")
         env.setdefault("RUST_BACKTRACE", "1")
+        env.setdefault("NO_COLOR", "1")  # plain text in the log attached to failures
         env.update(self.extra_env)
         return env
 

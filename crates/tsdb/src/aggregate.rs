@@ -194,6 +194,11 @@ impl Buckets {
         }
     }
 
+    /// Buckets completed so far (the open one not counted).
+    pub(crate) fn len(&self) -> usize {
+        self.out.len()
+    }
+
     pub(crate) fn finish(mut self) -> Vec<(i64, Value)> {
         self.flush();
         self.out

@@ -34,6 +34,9 @@ pub struct Query {
     /// Maximum number of raw points (agg `None` only).
     pub limit: usize,
     pub order: Order,
+    /// Most buckets holding data an aggregation may return (agg other than `None`); more is an
+    /// [`Error::InvalidQuery`], so one query cannot build an answer of unbounded size.
+    pub buckets_max: usize,
 }
 
 impl Query {
@@ -46,6 +49,7 @@ impl Query {
             agg: Agg::None,
             limit,
             order,
+            buckets_max: usize::MAX,
         }
     }
 
@@ -58,6 +62,7 @@ impl Query {
             agg,
             limit: usize::MAX,
             order: Order::Asc,
+            buckets_max: usize::MAX,
         }
     }
 
@@ -121,11 +126,22 @@ pub(crate) fn run(
         }
         agg => {
             let mut buckets = Buckets::new(agg, start, end, query.interval_ms);
+            let buckets_max = query.buckets_max;
             merged(store, id, head, start, end, Order::Asc, &mut |ts, value| {
                 buckets.push(ts, value);
-                ControlFlow::Continue(())
+                if buckets.len() > buckets_max {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
             })?;
-            Ok(buckets.finish())
+            let out = buckets.finish();
+            if out.len() > buckets_max {
+                return Err(Error::InvalidQuery(format!(
+                    "more than {buckets_max} intervals hold data; increase the interval or shorten the range"
+                )));
+            }
+            Ok(out)
         }
     }
 }

@@ -42,7 +42,7 @@ proptest! {
         }
         for (start, width, interval_ms, agg, limit, order) in queries {
             let start_ts = base + start;
-            let q = Query { start_ts, end_ts: start_ts + width, interval_ms, agg, limit, order };
+            let q = Query { start_ts, end_ts: start_ts + width, interval_ms, agg, limit, order, buckets_max: usize::MAX };
             let actual = db.query(DEVICE, "k", &q).unwrap();
             assert_same(&actual, &naive(&model, &q), &format!("{q:?}"));
         }

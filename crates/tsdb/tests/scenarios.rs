@@ -424,3 +424,28 @@ fn concurrent_writers_and_readers() {
         }
     }
 }
+
+/// An aggregation may not return more than `buckets_max` buckets holding data, however wide the range:
+/// the answer's size is bounded by configuration, not by the request.
+#[test]
+fn aggregation_refuses_more_buckets_than_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir, 64);
+    for ts in 0..10 {
+        db.write(src(ts as u64), DEV, "v", ts * 1000, &Value::Long(ts))
+            .unwrap();
+    }
+    let mut query = Query::aggregate(0, i64::MAX, 1000, Agg::Count);
+    query.buckets_max = 10;
+    let counts = db.query(DEV, "v", &query).unwrap();
+    assert_eq!(
+        counts.len(),
+        10,
+        "an empty bucket costs nothing: 10 with data"
+    );
+    query.buckets_max = 9;
+    match db.query(DEV, "v", &query) {
+        Err(Error::InvalidQuery(message)) => assert!(message.contains("more than 9"), "{message}"),
+        other => panic!("expected InvalidQuery, got {other:?}"),
+    }
+}

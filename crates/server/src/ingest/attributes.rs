@@ -2,8 +2,10 @@
 //!
 //! Attribute writes arrive through the ingest log like telemetry; the processors apply them here and the
 //! checkpoint persists the changed ones in one SQLite transaction, so there is never a database write per
-//! message. Applying is idempotent: a write replaces the stored value only if it is not older, so replaying
-//! the log after a crash leaves the same state.
+//! message. Writes are applied in log order, last write wins: one device's records are in one partition, so
+//! replaying the log from a checkpoint after a crash re-applies them in the same order and ends in the same
+//! state. (Comparing the `ts` stamped by the transport instead would drop acknowledged writes when the
+//! clock steps back.)
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -30,6 +32,14 @@ pub struct Attribute {
 }
 
 type Key = (u128, AttributeScope);
+
+/// Splits ThingsBoard's comma-separated key list (`"a, b,c"`), skipping empty names.
+pub fn split_keys(list: &str) -> Vec<&str> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .collect()
+}
 
 #[derive(Default)]
 struct State {
@@ -107,17 +117,14 @@ impl AttributeStore {
         })
     }
 
-    /// Applies attribute writes saved at `ts`; an entry older than the stored one is ignored.
+    /// Applies attribute writes saved at `ts`, in log order: the last write wins.
     pub fn apply(&self, entity: u128, scope: AttributeScope, ts: i64, kvs: &[Kv]) {
         let mut state = self.state.lock();
         let State { values, dirty } = &mut *state;
         let map = values.entry((entity, scope)).or_default();
         for kv in kvs {
-            let newer = map.get(&kv.key).is_none_or(|(old_ts, _)| *old_ts <= ts);
-            if newer {
-                map.insert(kv.key.clone(), (ts, kv.value.clone()));
-                dirty.insert((entity, scope, kv.key.clone()));
-            }
+            map.insert(kv.key.clone(), (ts, kv.value.clone()));
+            dirty.insert((entity, scope, kv.key.clone()));
         }
     }
 
@@ -142,8 +149,44 @@ impl AttributeStore {
         }
     }
 
+    /// The answer to a device's attribute request (reference 1.7 and 3): `{"client":{..},"shared":{..}}`
+    /// with typed values, a section omitted when nothing is found; neither key list given → all client
+    /// and all shared attributes.
+    pub fn device_request_json(
+        &self,
+        entity: u128,
+        client_keys: Option<&[&str]>,
+        shared_keys: Option<&[&str]>,
+    ) -> serde_json::Value {
+        let all = client_keys.is_none() && shared_keys.is_none();
+        let mut body = serde_json::Map::new();
+        for (name, scope, wanted) in [
+            ("client", AttributeScope::Client, client_keys),
+            ("shared", AttributeScope::Shared, shared_keys),
+        ] {
+            if wanted.is_none() && !all {
+                continue;
+            }
+            let found = self.get(entity, scope, wanted.unwrap_or(&[]));
+            if !found.is_empty() {
+                let section = found
+                    .into_iter()
+                    .map(|a| (a.key, a.value.to_json()))
+                    .collect();
+                body.insert(name.to_string(), serde_json::Value::Object(section));
+            }
+        }
+        serde_json::Value::Object(body)
+    }
+
     /// Writes every changed attribute in one transaction (synchronous=FULL: durable when it returns).
+    ///
+    /// The store is shared by all partitions' processors, and each checkpoints its log partition right
+    /// after this returns. So the database lock is taken *before* the dirty set: a concurrent caller waits
+    /// for the transaction in flight instead of finding the dirty set empty and checkpointing past writes
+    /// that are not yet committed. Lock order: `db`, then `state`.
     pub fn persist(&self) -> Result<(), AttributeError> {
+        let mut db = self.db.lock();
         let batch: Vec<(u128, AttributeScope, String, i64, Value)> = {
             let mut state = self.state.lock();
             if state.dirty.is_empty() {
@@ -158,7 +201,7 @@ impl AttributeStore {
                 })
                 .collect()
         };
-        let result = self.write_batch(&batch);
+        let result = write_batch(&mut db, &batch);
         if result.is_err() {
             // Put the keys back so the next checkpoint retries; the log still holds the records.
             let mut state = self.state.lock();
@@ -168,34 +211,33 @@ impl AttributeStore {
         }
         result
     }
+}
 
-    fn write_batch(
-        &self,
-        batch: &[(u128, AttributeScope, String, i64, Value)],
-    ) -> Result<(), AttributeError> {
-        let mut db = self.db.lock();
-        let tx = db.transaction()?;
-        {
-            let mut stmt = tx.prepare_cached(
+fn write_batch(
+    db: &mut Connection,
+    batch: &[(u128, AttributeScope, String, i64, Value)],
+) -> Result<(), AttributeError> {
+    let tx = db.transaction()?;
+    {
+        let mut stmt = tx.prepare_cached(
                 "INSERT OR REPLACE INTO attribute (entity, scope, key, ts, type, value) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )?;
-            for (entity, scope, key, ts, value) in batch {
-                let entity = entity.to_be_bytes();
-                let scope = scope_code(*scope);
-                match value {
-                    Value::Bool(b) => {
-                        stmt.execute(params![&entity[..], scope, key, ts, 0, i64::from(*b)])?
-                    }
-                    Value::Long(v) => stmt.execute(params![&entity[..], scope, key, ts, 1, v])?,
-                    Value::Double(v) => stmt.execute(params![&entity[..], scope, key, ts, 2, v])?,
-                    Value::Str(s) => stmt.execute(params![&entity[..], scope, key, ts, 3, s])?,
-                    Value::Json(s) => stmt.execute(params![&entity[..], scope, key, ts, 4, s])?,
-                };
-            }
+        for (entity, scope, key, ts, value) in batch {
+            let entity = entity.to_be_bytes();
+            let scope = scope_code(*scope);
+            match value {
+                Value::Bool(b) => {
+                    stmt.execute(params![&entity[..], scope, key, ts, 0, i64::from(*b)])?
+                }
+                Value::Long(v) => stmt.execute(params![&entity[..], scope, key, ts, 1, v])?,
+                Value::Double(v) => stmt.execute(params![&entity[..], scope, key, ts, 2, v])?,
+                Value::Str(s) => stmt.execute(params![&entity[..], scope, key, ts, 3, s])?,
+                Value::Json(s) => stmt.execute(params![&entity[..], scope, key, ts, 4, s])?,
+            };
         }
-        tx.commit()?;
-        Ok(())
     }
+    tx.commit()?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -221,18 +263,12 @@ mod tests {
                 10,
                 &[kv("fw", Value::Str("1.0".into()))],
             );
+            // Log order wins, not the timestamp: a clock stepping back must not drop an acknowledged write.
             store.apply(
                 7,
                 AttributeScope::Client,
-                20,
+                5,
                 &[kv("fw", Value::Str("1.1".into()))],
-            );
-            // A replayed older write does not go back in time.
-            store.apply(
-                7,
-                AttributeScope::Client,
-                10,
-                &[kv("fw", Value::Str("1.0".into()))],
             );
             store.apply(
                 7,
@@ -248,7 +284,7 @@ mod tests {
         let client = store.get(7, AttributeScope::Client, &[]);
         assert_eq!(client.len(), 1);
         assert_eq!(client[0].value, Value::Str("1.1".into()));
-        assert_eq!(client[0].last_update_ts, 20);
+        assert_eq!(client[0].last_update_ts, 5);
         let shared = store.get(7, AttributeScope::Shared, &["t"]);
         assert_eq!(
             shared,

@@ -15,7 +15,8 @@ use fleetwire_model::record::AttributeScope;
 use fleetwire_model::{parse_attributes, parse_telemetry, Record};
 use serde::Deserialize;
 
-use super::now_ms;
+use super::attributes::split_keys;
+use super::{now_ms, IngestError};
 use crate::api::error::ApiError;
 use crate::AppState;
 
@@ -47,6 +48,9 @@ async fn store(state: &AppState, device: &DeviceAuth, record: Record) -> Respons
     };
     match result {
         Ok(()) => StatusCode::OK.into_response(),
+        Err(e @ IngestError::TooLarge { .. }) => {
+            ApiError::plain(StatusCode::PAYLOAD_TOO_LARGE, e.to_string()).into_response()
+        }
         Err(e) => {
             tracing::warn!(error = %e, "device HTTP write refused");
             ApiError::unavailable(e.to_string()).into_response()
@@ -118,32 +122,12 @@ async fn get_attributes(
         .ingest
         .caught_up(device.device_id, std::time::Duration::from_secs(5))
         .await;
-    let all = keys.client_keys.is_none() && keys.shared_keys.is_none();
-    let mut body = serde_json::Map::new();
-    for (name, scope, wanted) in [
-        ("client", AttributeScope::Client, keys.client_keys),
-        ("shared", AttributeScope::Shared, keys.shared_keys),
-    ] {
-        if wanted.is_none() && !all {
-            continue;
-        }
-        let wanted = wanted.unwrap_or_default();
-        let refs: Vec<&str> = wanted
-            .split(',')
-            .map(str::trim)
-            .filter(|k| !k.is_empty())
-            .collect();
-        let found = state
-            .ingest
-            .attributes()
-            .get(device.device_id.as_u128(), scope, &refs);
-        if !found.is_empty() {
-            let section = found
-                .into_iter()
-                .map(|a| (a.key, a.value.to_json()))
-                .collect();
-            body.insert(name.to_string(), serde_json::Value::Object(section));
-        }
-    }
-    Json(serde_json::Value::Object(body)).into_response()
+    let client_keys = keys.client_keys.as_deref().map(split_keys);
+    let shared_keys = keys.shared_keys.as_deref().map(split_keys);
+    let body = state.ingest.attributes().device_request_json(
+        device.device_id.as_u128(),
+        client_keys.as_deref(),
+        shared_keys.as_deref(),
+    );
+    Json(body).into_response()
 }

@@ -35,6 +35,8 @@ pub enum IngestError {
     Attributes(#[from] attributes::AttributeError),
     #[error("the ingest log refuses writes after a write or sync failure; restart the server")]
     Poisoned,
+    #[error("record of {len_bytes} bytes is larger than the {max_bytes}-byte limit")]
+    TooLarge { len_bytes: usize, max_bytes: u32 },
     #[error("the server is shutting down")]
     ShuttingDown,
     #[error("cannot start processor thread: {0}")]
@@ -68,6 +70,11 @@ impl Ingest {
         log_options.partition_count = u32::from(config.log.partitions);
         log_options.segment_bytes_max = config.log.segment_bytes_max;
         log_options.group_commit_max_delay_us = config.log.group_commit_max_delay_us;
+        // An encoded record is smaller than the JSON it came from, plus a few bytes per key: any body the
+        // HTTP limit admits, and any MQTT packet, fits.
+        let record_bytes_max =
+            config.http.body_bytes_max.max(config.mqtt.packet_bytes_max) + (1 << 20);
+        log_options.record_bytes_max = u32::try_from(record_bytes_max).unwrap_or(u32::MAX);
         log_options.durability = match config.log.durability {
             Durability::Fsync => fleetwire_log::Durability::Fsync,
             Durability::Os => fleetwire_log::Durability::Os,
@@ -142,6 +149,13 @@ impl Ingest {
             .append(u32::from(partition), record)
             .map_err(|e| match e {
                 fleetwire_log::LogError::Poisoned { .. } => IngestError::Poisoned,
+                fleetwire_log::LogError::RecordTooLarge {
+                    len_bytes,
+                    max_bytes,
+                } => IngestError::TooLarge {
+                    len_bytes,
+                    max_bytes,
+                },
                 other => IngestError::Log(other),
             })
     }

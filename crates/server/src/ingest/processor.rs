@@ -38,10 +38,19 @@ pub(super) struct Processor {
 
 impl Processor {
     pub fn run(self) {
-        if let Err(e) = self.run_inner() {
-            // A processor that cannot read its partition must not pretend: acknowledged data stays in the log
-            // and is replayed after the operator fixed the cause and restarted.
-            tracing::error!(partition = self.partition, error = %e, "processor stopped");
+        loop {
+            match self.run_inner() {
+                Ok(()) => return,
+                Err(e) => {
+                    // Acknowledged data stays in the log: the processor starts over from its checkpoint
+                    // (applying is idempotent) rather than leave the partition unprocessed for good.
+                    tracing::error!(partition = self.partition, error = %e, "processor failed; restarting it in 1 s");
+                    if self.shutdown.load(Ordering::Acquire) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            }
         }
     }
 

@@ -19,6 +19,7 @@ use fleetwire_mqtt::{
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use super::requests;
 use super::topics::{self, DeviceTopic};
 use crate::ingest::now_ms;
 use crate::AppState;
@@ -29,6 +30,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const INACTIVITY_TIMEOUT: Duration = Duration::from_secs(600);
 /// Read buffer growth step.
 const READ_CHUNK: usize = 8 * 1024;
+/// A client that does not take our answers within this long is disconnected, so it cannot pin its task.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why a connection ends.
 enum End {
@@ -86,10 +89,21 @@ pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
             return;
         }
     };
+    // Register before CONNACK, then look the device up again: a delete or credentials change that landed
+    // after `authenticate` found no session to close, so it is caught here instead.
+    let guard = state.sessions.register(device.device_id);
+    if state.entities.device_auth(device.device_id).is_none() {
+        let code = if protocol == Protocol::V5 {
+            reason::NOT_AUTHORIZED
+        } else {
+            5
+        };
+        let _ = send_connack(&mut stream, protocol, code).await;
+        return;
+    }
     if send_connack(&mut stream, protocol, 0).await.is_err() {
         return;
     }
-    let guard = state.sessions.register(device.device_id);
     let mut conn = Conn {
         state: &state,
         stream,
@@ -119,6 +133,12 @@ pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
         }
     }
     let _ = conn.stream.shutdown().await;
+}
+
+/// The codec limits whole packets; the configured limit, like ThingsBoard's (Netty's `maxBytesInMessage`),
+/// applies to the remaining length, which excludes the fixed header of at most 5 bytes.
+fn packet_limit(state: &AppState) -> usize {
+    state.config.mqtt.packet_bytes_max + 5
 }
 
 async fn read_connect(
@@ -179,7 +199,7 @@ async fn send_connack(stream: &mut TcpStream, protocol: Protocol, code: u8) -> s
 
 impl Conn<'_> {
     async fn run(&mut self, mut buf: BytesMut) -> End {
-        let max = self.state.config.mqtt.packet_bytes_max;
+        let max = packet_limit(self.state);
         loop {
             // Handle every complete packet already buffered (the first loop may have leftovers from CONNECT).
             loop {
@@ -202,8 +222,9 @@ impl Conn<'_> {
                 return End::Client;
             }
             if buf.is_empty() {
-                // Release the buffer: an idle connection holds no read memory.
+                // Release the buffers: an idle connection holds no read or write memory.
                 buf = BytesMut::new();
+                self.release_buffers();
             }
             match tokio::time::timeout(INACTIVITY_TIMEOUT, self.stream.readable()).await {
                 Err(_) => return End::Server(Some(reason::MAXIMUM_CONNECT_TIME)),
@@ -234,12 +255,15 @@ impl Conn<'_> {
         if self.out.is_empty() {
             return true;
         }
-        let ok = self.stream.write_all(&self.out).await.is_ok();
+        let written = tokio::time::timeout(WRITE_TIMEOUT, self.stream.write_all(&self.out)).await;
         self.out.clear();
-        if self.out.capacity() > 64 * 1024 {
-            self.out = BytesMut::new();
-        }
-        ok
+        matches!(written, Ok(Ok(())))
+    }
+
+    /// Drops the per-connection buffers while the connection is idle: an idle connection owns no buffer.
+    fn release_buffers(&mut self) {
+        self.out = BytesMut::new();
+        self.scratch = Vec::new();
     }
 
     fn send(&mut self, packet: Packet) {
@@ -320,7 +344,7 @@ impl Conn<'_> {
                 Err(e) => Err(Refusal::Payload(e.to_string())),
             },
             DeviceTopic::RpcRequest { id, v2 } => {
-                let answer = self.client_rpc(id, v2, &publish.payload);
+                let answer = requests::client_rpc(self.state, id, v2, &publish.payload);
                 if ack {
                     self.puback(pkid, 0);
                 }
@@ -330,12 +354,13 @@ impl Conn<'_> {
                 return None;
             }
             DeviceTopic::AttributesRequest { id, v2 } => {
-                let answer = self.attributes_request(&publish.payload);
+                let answer =
+                    requests::attributes_request(self.state, &self.device, &publish.payload);
                 if ack {
                     self.puback(pkid, 0);
                 }
                 match answer {
-                    Ok(body) => {
+                    Some(body) => {
                         let prefix = if v2 {
                             "v2/a/res/"
                         } else {
@@ -344,8 +369,8 @@ impl Conn<'_> {
                         self.publish_to_device(format!("{prefix}{id}"), body);
                         return None;
                     }
-                    Err(_) if !v5 => return Some(End::Server(None)),
-                    Err(_) => return None,
+                    None if !v5 => return Some(End::Server(None)),
+                    None => return None,
                 }
             }
             // Server-side RPC replies and claiming arrive with later issues; they are accepted meanwhile.
@@ -378,11 +403,9 @@ impl Conn<'_> {
                 }
             }
             Err(Refusal::Unavailable(message)) => {
+                // As ThingsBoard on a processing failure: no PUBACK, and MQTT 5 gets DISCONNECT 0x83.
                 tracing::warn!(peer = %self.peer, %message, "cannot accept a message");
-                if v5 && ack {
-                    self.puback(pkid, reason::UNSPECIFIED_ERROR);
-                }
-                Some(End::Server(Some(reason::UNSPECIFIED_ERROR)))
+                Some(End::Server(Some(reason::IMPLEMENTATION_SPECIFIC_ERROR)))
             }
         }
     }
@@ -400,80 +423,6 @@ impl Conn<'_> {
             }
             Err(e) => Err(Refusal::Unavailable(e.to_string())),
         }
-    }
-
-    /// Built-in client-side RPC methods (reference 1.9). Returns the response topic and body.
-    fn client_rpc(&self, id: &str, v2: bool, payload: &[u8]) -> Option<(String, Bytes)> {
-        let request: serde_json::Value = serde_json::from_slice(payload).ok()?;
-        let method = request.get("method")?.as_str()?;
-        let body = match method {
-            // getSessionLimits is answered on the v1 topic only, as ThingsBoard does.
-            "getSessionLimits" if !v2 => serde_json::json!({
-                "maxPayloadSize": self.state.config.mqtt.packet_bytes_max,
-                "maxInflightMessages": self.state.config.mqtt.inflight_max,
-                "rateLimits": {"messages": null, "telemetryMessages": null, "telemetryDataPoints": null},
-            }),
-            "getCurrentTime" => serde_json::json!({ "currentTime": now_ms() }),
-            _ => return None,
-        };
-        let prefix = if v2 {
-            "v2/r/res/"
-        } else {
-            "v1/devices/me/rpc/response/"
-        };
-        Some((format!("{prefix}{id}"), Bytes::from(body.to_string())))
-    }
-
-    /// Answers an attribute request (reference 1.7) from the attribute store.
-    fn attributes_request(&self, payload: &[u8]) -> Result<Bytes, ()> {
-        let request: serde_json::Value = if payload.is_empty() {
-            serde_json::json!({})
-        } else {
-            serde_json::from_slice(payload).map_err(|_| ())?
-        };
-        let keys = |name: &str| -> Result<Option<Vec<String>>, ()> {
-            match request.get(name) {
-                None | Some(serde_json::Value::Null) => Ok(None),
-                Some(serde_json::Value::String(s)) => Ok(Some(
-                    s.split(',')
-                        .map(str::trim)
-                        .filter(|k| !k.is_empty())
-                        .map(String::from)
-                        .collect(),
-                )),
-                // A JSON array works only with exactly one element, as in ThingsBoard.
-                Some(serde_json::Value::Array(a)) if a.len() == 1 => Ok(Some(
-                    a[0].as_str()
-                        .map(|s| vec![s.to_string()])
-                        .unwrap_or_default(),
-                )),
-                Some(_) => Err(()),
-            }
-        };
-        let client_keys = keys("clientKeys")?;
-        let shared_keys = keys("sharedKeys")?;
-        let all = client_keys.is_none() && shared_keys.is_none();
-        let entity = self.device.device_id.as_u128();
-        let mut body = serde_json::Map::new();
-        for (name, scope, wanted) in [
-            ("client", AttributeScope::Client, client_keys),
-            ("shared", AttributeScope::Shared, shared_keys),
-        ] {
-            if wanted.is_none() && !all {
-                continue;
-            }
-            let wanted = wanted.unwrap_or_default();
-            let refs: Vec<&str> = wanted.iter().map(String::as_str).collect();
-            let found = self.state.ingest.attributes().get(entity, scope, &refs);
-            if !found.is_empty() {
-                let section = found
-                    .into_iter()
-                    .map(|a| (a.key, a.value.to_json()))
-                    .collect();
-                body.insert(name.to_string(), serde_json::Value::Object(section));
-            }
-        }
-        Ok(Bytes::from(serde_json::Value::Object(body).to_string()))
     }
 
     /// Publishes to the device with the QoS of its matching subscription (QoS 1 if none matches).

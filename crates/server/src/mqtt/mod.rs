@@ -1,10 +1,12 @@
 //! The MQTT listener: accepts connections and runs one task per connection.
 //!
 //! - [`connection`]: CONNECT, authentication, the read-handle-ack loop of one connection.
+//! - [`requests`]: device requests the server answers itself (built-in RPC, attribute requests).
 //! - [`sessions`]: one session per device; eviction and administrative closes.
 //! - [`topics`]: what a device topic means and which subscriptions are granted.
 
 pub mod connection;
+pub mod requests;
 pub mod sessions;
 pub mod topics;
 

@@ -1,0 +1,60 @@
+//! Requests a device makes over MQTT that the server answers itself: built-in client-side RPC methods
+//! (reference 1.9) and attribute requests (reference 1.7).
+
+use bytes::Bytes;
+use fleetwire_entities::DeviceAuth;
+
+use crate::ingest::attributes::split_keys;
+use crate::ingest::now_ms;
+use crate::AppState;
+
+/// Built-in client-side RPC methods (reference 1.9). Returns the response topic and body.
+pub fn client_rpc(state: &AppState, id: &str, v2: bool, payload: &[u8]) -> Option<(String, Bytes)> {
+    let request: serde_json::Value = serde_json::from_slice(payload).ok()?;
+    let method = request.get("method")?.as_str()?;
+    let body = match method {
+        // getSessionLimits is answered on the v1 topic only, as ThingsBoard does.
+        "getSessionLimits" if !v2 => serde_json::json!({
+            "maxPayloadSize": state.config.mqtt.packet_bytes_max,
+            "maxInflightMessages": state.config.mqtt.inflight_max,
+            "rateLimits": {"messages": null, "telemetryMessages": null, "telemetryDataPoints": null},
+        }),
+        "getCurrentTime" => serde_json::json!({ "currentTime": now_ms() }),
+        _ => return None,
+    };
+    let prefix = if v2 {
+        "v2/r/res/"
+    } else {
+        "v1/devices/me/rpc/response/"
+    };
+    Some((format!("{prefix}{id}"), Bytes::from(body.to_string())))
+}
+
+/// Answers an attribute request (reference 1.7) from the attribute store; `None` when it is malformed.
+pub fn attributes_request(state: &AppState, device: &DeviceAuth, payload: &[u8]) -> Option<Bytes> {
+    let request: serde_json::Value = if payload.is_empty() {
+        serde_json::json!({})
+    } else {
+        serde_json::from_slice(payload).ok()?
+    };
+    // Key lists are comma-separated strings; a JSON array works only with exactly one element, as in
+    // ThingsBoard.
+    let keys = |name: &str| -> Option<Option<Vec<&str>>> {
+        match request.get(name) {
+            None | Some(serde_json::Value::Null) => Some(None),
+            Some(serde_json::Value::String(s)) => Some(Some(split_keys(s))),
+            Some(serde_json::Value::Array(a)) if a.len() == 1 => {
+                Some(Some(a[0].as_str().map(split_keys).unwrap_or_default()))
+            }
+            Some(_) => None,
+        }
+    };
+    let client_keys = keys("clientKeys")?;
+    let shared_keys = keys("sharedKeys")?;
+    let body = state.ingest.attributes().device_request_json(
+        device.device_id.as_u128(),
+        client_keys.as_deref(),
+        shared_keys.as_deref(),
+    );
+    Some(Bytes::from(body.to_string()))
+}
