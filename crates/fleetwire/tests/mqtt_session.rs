@@ -18,7 +18,7 @@ use fleetwire_mqtt::{
 use serde_json::{json, Value};
 
 const TELEMETRY: &str = "v1/devices/me/telemetry";
-/// The server's largest accepted packet (`mqtt.packet_bytes_max`), whole packet included.
+/// The server's largest accepted packet (`mqtt.packet_bytes_max`), fixed header excluded.
 const PACKET_BYTES_MAX: usize = 65536;
 /// A fixed base for explicit timestamps, so that reads are exact.
 const TS_BASE: i64 = 1_700_000_000_000;
@@ -398,8 +398,9 @@ fn oversized_publish(remaining_bytes: usize, body_sent: usize) -> Vec<u8> {
     out
 }
 
-/// A QoS 1 telemetry PUBLISH of exactly `total_bytes` on the wire.
-fn publish_of_size(protocol: Protocol, pkid: u16, total_bytes: usize) -> Packet {
+/// A QoS 1 telemetry PUBLISH whose remaining length (the packet without its fixed header) is exactly
+/// `remaining_bytes`, for sizes around 64 KiB.
+fn publish_with_remaining(protocol: Protocol, pkid: u16, remaining_bytes: usize) -> Packet {
     let make = |pad: usize| {
         publish(
             TELEMETRY,
@@ -408,13 +409,13 @@ fn publish_of_size(protocol: Protocol, pkid: u16, total_bytes: usize) -> Packet 
             format!(r#"{{"pad":"{}"}}"#, "x".repeat(pad)),
         )
     };
-    let probe = fleetwire_mqtt::encoded_bytes(&make(0), protocol).expect("size");
-    // The remaining length takes 3 bytes both for the probe's ~40 bytes + padding and for 64 KiB, except
-    // for the probe itself (1 byte): compensate for the 2 extra bytes.
-    let packet = make(total_bytes - probe - 2);
+    // The unpadded packet has a 2-byte fixed header; every byte of padding adds one to the rest.
+    let probe_remaining = fleetwire_mqtt::encoded_bytes(&make(0), protocol).expect("size") - 2;
+    let packet = make(remaining_bytes - probe_remaining);
+    // Between 16 KiB and 2 MiB the remaining length takes 3 bytes: a 4-byte fixed header.
     assert_eq!(
         fleetwire_mqtt::encoded_bytes(&packet, protocol).expect("size"),
-        total_bytes
+        4 + remaining_bytes
     );
     packet
 }
@@ -439,22 +440,9 @@ fn protocol_errors_close_the_connection() {
         client.expect_closed();
     }
 
-    // The packet size limit counts the whole packet: exactly 65536 bytes pass, one more is refused
-    // (v5 DISCONNECT 0x95, 3.1.1 closed), as soon as the fixed header announces it.
+    // A packet over the limit is refused as soon as its fixed header announces it (v5 DISCONNECT 0x95,
+    // 3.1.1 closed); the exact boundary is `packet_size_limit_applies_to_the_remaining_length`.
     for protocol in [Protocol::V5, Protocol::V311] {
-        let mut client = server.mqtt(protocol, DEMO_TOKEN);
-        client.send(&publish_of_size(protocol, 1, PACKET_BYTES_MAX));
-        assert_eq!(
-            client.recv(),
-            puback(1, 0),
-            "a packet of exactly the maximum ({protocol:?})"
-        );
-        client.send(&publish_of_size(protocol, 2, PACKET_BYTES_MAX + 1));
-        if protocol == Protocol::V5 {
-            assert_eq!(client.recv(), disconnect(reason::PACKET_TOO_LARGE));
-        }
-        client.expect_closed();
-
         let mut client = server.mqtt(protocol, DEMO_TOKEN);
         client.write_raw(&oversized_publish(70_000, 1024));
         if protocol == Protocol::V5 {
@@ -490,6 +478,24 @@ fn protocol_errors_close_the_connection() {
     client.send(&publish(TELEMETRY, QoS::AtLeastOnce, 1, r#"{"t":"#));
     client.expect_closed();
 
+    // A malformed attribute request is a malformed payload too: v5 PUBACK 0x99 and no response;
+    // 3.1.1 closed without a PUBACK.
+    let mut client = server.mqtt(Protocol::V5, DEMO_TOKEN);
+    let request = "v1/devices/me/attributes/request/5";
+    client.send(&publish(request, QoS::AtLeastOnce, 1, r#"{"clientKeys":"#));
+    assert_eq!(client.recv(), puback(1, reason::PAYLOAD_FORMAT_INVALID));
+    client.send(&publish(TELEMETRY, QoS::AtLeastOnce, 2, r#"{"t":3}"#));
+    assert_eq!(client.recv(), puback(2, 0));
+    drop(client);
+    let mut client = server.mqtt(Protocol::V311, DEMO_TOKEN);
+    client.send(&publish(
+        request,
+        QoS::AtLeastOnce,
+        1,
+        r#"{"clientKeys":5}"#,
+    ));
+    client.expect_closed();
+
     // An unknown topic: v5 PUBACK 0x90; 3.1.1 a plain PUBACK (the 3.1.1 decoder rejects any reason
     // byte). Both connections stay usable.
     for (protocol, code) in [
@@ -500,6 +506,31 @@ fn protocol_errors_close_the_connection() {
         client.send(&publish("some/topic", QoS::AtLeastOnce, 3, r#"{"t":3}"#));
         assert_eq!(client.recv(), puback(3, code), "{protocol:?}");
         client.ping();
+    }
+}
+
+/// `mqtt.packet_bytes_max` limits the remaining length, as ThingsBoard's Netty decoder
+/// (`maxBytesInMessage`) does: 65536 bytes after the fixed header pass, 65537 are refused.
+#[test]
+fn packet_size_limit_applies_to_the_remaining_length() {
+    let server = Server::start();
+    for protocol in [Protocol::V5, Protocol::V311] {
+        let mut client = server.mqtt(protocol, DEMO_TOKEN);
+        client.send(&publish_with_remaining(protocol, 1, PACKET_BYTES_MAX));
+        assert_eq!(
+            client.recv(),
+            puback(1, 0),
+            "remaining length 65536 ({protocol:?})"
+        );
+        client.send(&publish_with_remaining(protocol, 2, PACKET_BYTES_MAX + 1));
+        if protocol == Protocol::V5 {
+            assert_eq!(
+                client.recv(),
+                disconnect(reason::PACKET_TOO_LARGE),
+                "remaining length 65537"
+            );
+        }
+        client.expect_closed();
     }
 }
 

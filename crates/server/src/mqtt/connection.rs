@@ -20,6 +20,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::requests;
+use super::sessions::CloseSignal;
 use super::topics::{self, DeviceTopic};
 use crate::ingest::now_ms;
 use crate::AppState;
@@ -116,10 +117,9 @@ pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
         subscriptions: Vec::new(),
         next_pkid: 1,
     };
-    let end = tokio::select! {
-        end = conn.run(buf) => end,
-        reason = guard.signal.closed() => End::Server(Some(reason)),
-    };
+    // The close signal is watched only between batches (inside `run`), never in the middle of a write,
+    // so a DISCONNECT never follows a half-written packet.
+    let end = conn.run(buf, &guard.signal).await;
     if let End::Server(Some(code)) = end {
         if conn.protocol == Protocol::V5 {
             let mut out = BytesMut::new();
@@ -136,9 +136,17 @@ pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
 }
 
 /// The codec limits whole packets; the configured limit, like ThingsBoard's (Netty's `maxBytesInMessage`),
-/// applies to the remaining length, which excludes the fixed header of at most 5 bytes.
+/// applies to the remaining length. So the whole-packet limit adds the fixed header of a packet whose
+/// remaining length is exactly the configured limit: one type byte and the variable-byte length.
 fn packet_limit(state: &AppState) -> usize {
-    state.config.mqtt.packet_bytes_max + 5
+    let remaining_max = state.config.mqtt.packet_bytes_max;
+    let length_bytes = match remaining_max {
+        0..=127 => 1,
+        128..=16_383 => 2,
+        16_384..=2_097_151 => 3,
+        _ => 4,
+    };
+    remaining_max + 1 + length_bytes
 }
 
 async fn read_connect(
@@ -198,7 +206,7 @@ async fn send_connack(stream: &mut TcpStream, protocol: Protocol, code: u8) -> s
 }
 
 impl Conn<'_> {
-    async fn run(&mut self, mut buf: BytesMut) -> End {
+    async fn run(&mut self, mut buf: BytesMut, close: &CloseSignal) -> End {
         let max = packet_limit(self.state);
         loop {
             // Handle every complete packet already buffered (the first loop may have leftovers from CONNECT).
@@ -226,10 +234,13 @@ impl Conn<'_> {
                 buf = BytesMut::new();
                 self.release_buffers();
             }
-            match tokio::time::timeout(INACTIVITY_TIMEOUT, self.stream.readable()).await {
-                Err(_) => return End::Server(Some(reason::MAXIMUM_CONNECT_TIME)),
-                Ok(Err(_)) => return End::Client,
-                Ok(Ok(())) => {}
+            tokio::select! {
+                readable = tokio::time::timeout(INACTIVITY_TIMEOUT, self.stream.readable()) => match readable {
+                    Err(_) => return End::Server(Some(reason::MAXIMUM_CONNECT_TIME)),
+                    Ok(Err(_)) => return End::Client,
+                    Ok(Ok(())) => {}
+                },
+                reason = close.closed() => return End::Server(Some(reason)),
             }
             buf.reserve(READ_CHUNK);
             match self.stream.try_read_buf(&mut buf) {
@@ -354,13 +365,11 @@ impl Conn<'_> {
                 return None;
             }
             DeviceTopic::AttributesRequest { id, v2 } => {
-                let answer =
-                    requests::attributes_request(self.state, &self.device, &publish.payload);
-                if ack {
-                    self.puback(pkid, 0);
-                }
-                match answer {
+                match requests::attributes_request(self.state, &self.device, &publish.payload) {
                     Some(body) => {
+                        if ack {
+                            self.puback(pkid, 0);
+                        }
                         let prefix = if v2 {
                             "v2/a/res/"
                         } else {
@@ -369,8 +378,7 @@ impl Conn<'_> {
                         self.publish_to_device(format!("{prefix}{id}"), body);
                         return None;
                     }
-                    None if !v5 => return Some(End::Server(None)),
-                    None => return None,
+                    None => Err(Refusal::Payload("malformed attribute request".into())),
                 }
             }
             // Server-side RPC replies and claiming arrive with later issues; they are accepted meanwhile.
