@@ -6,9 +6,10 @@
 #   scripts/test.sh --e2e-only    only build the release binary and run tests/e2e
 #   scripts/test.sh -- ARGS...    extra arguments for pytest (e.g. -- -m crash, -- -k paho)
 #
-# The e2e tests need `mosquitto_pub` (Debian: apt-get install mosquitto-clients) and Python 3.10+; their Python
-# packages are installed into .venv from tests/e2e/requirements.txt (only when that file changed). Set
-# FLEETWIRE_BIN to test another binary than target/release/fleetwire.
+# It installs what the tests need: Debian's mosquitto-clients (apt-get, when `mosquitto_pub` is missing; as
+# root or through sudo) and the Python packages of tests/e2e/requirements.txt into .venv (only when that file
+# changed); Python 3.10+ and a Rust toolchain must be there. Set FLEETWIRE_BIN to test another binary than
+# target/release/fleetwire.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -22,7 +23,7 @@ while [ $# -gt 0 ]; do
         --quick) quick=1 ;;
         --e2e-only) e2e_only=1 ;;
         --) shift; pytest_args=("$@"); break ;;
-        -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
         *) echo "unknown option: $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -81,7 +82,14 @@ else
 fi
 
 if ! command -v mosquitto_pub > /dev/null; then
-    echo "warning: mosquitto_pub not found (apt-get install mosquitto-clients); its tests will fail" >&2
+    section "apt-get install mosquitto-clients"
+    sudo=()
+    if [ "$(id -u)" != 0 ]; then
+        sudo=(sudo)
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    "${sudo[@]}" apt-get update -qq
+    "${sudo[@]}" apt-get install -y -qq mosquitto-clients > /dev/null
 fi
 
 section "pytest tests/e2e"

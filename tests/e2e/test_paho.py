@@ -61,8 +61,12 @@ def test_every_telemetry_form_is_acknowledged_and_stored(server, device, connect
 
 
 def test_attributes_are_acknowledged_and_stored_as_client_scope(server, device, connected):
-    connected.publish_ok("v1/devices/me/attributes", {"fwVersion": "1.2", "uptime": 5, "cfg": {"a": 1}})
-    eventually(lambda: _assert_attributes(server, device.id, {"fwVersion": "1.2", "uptime": 5, "cfg": {"a": 1}}))
+    # "1.2.3" stays a string; "1.5" is a numeric string, which ThingsBoard's type cast (JSON_TYPE_CAST_ENABLED,
+    # on by default) stores as a DOUBLE.
+    sent = {"fwVersion": "1.2.3", "ratio": "1.5", "uptime": 5, "cfg": {"a": 1}}
+    connected.publish_ok("v1/devices/me/attributes", sent)
+    expected = {"fwVersion": "1.2.3", "ratio": 1.5, "uptime": 5, "cfg": {"a": 1}}
+    eventually(lambda: _assert_attributes(server, device.id, expected))
 
 
 def _assert_attributes(server, device_id, expected) -> None:

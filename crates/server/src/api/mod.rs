@@ -9,6 +9,7 @@
 //! Entity-store calls are blocking (a SQLite transaction, or argon2 at login), so handlers run them on
 //! tokio's blocking pool through [`blocking`]; async tasks never wait on the store's lock.
 
+pub mod attributes;
 pub mod auth;
 pub mod credentials;
 pub mod dashboards;
@@ -43,6 +44,7 @@ pub fn router(state: AppState) -> Router {
         .merge(profiles::routes())
         .merge(dashboards::routes())
         .merge(telemetry::routes())
+        .merge(attributes::routes())
         .merge(crate::ingest::http::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

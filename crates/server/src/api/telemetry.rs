@@ -23,7 +23,7 @@ use crate::ingest::now_ms;
 use crate::AppState;
 
 /// How long a read waits for the processor to catch up before answering with what it has.
-const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub fn routes() -> Router<AppState> {
     let base = "/api/plugins/telemetry/{entity_type}/{entity_id}";
@@ -48,7 +48,7 @@ pub fn routes() -> Router<AppState> {
 ///
 /// Answered from the entity store's in-memory device cache, so no SQLite call blocks an async worker.
 /// Customer users get 403 until customers and device assignment exist, as on the other tenant endpoints.
-async fn device_of(
+pub(crate) async fn device_of(
     state: &AppState,
     user: &CurrentUser,
     entity_type: &str,
