@@ -20,7 +20,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::requests;
-use super::sessions::CloseSignal;
+use super::sessions::{CloseSignal, SessionGuard};
 use super::topics::{self, DeviceTopic};
 use crate::ingest::now_ms;
 use crate::AppState;
@@ -61,50 +61,21 @@ struct Conn<'a> {
 }
 
 /// Serves one accepted TCP connection until it closes.
+///
+/// The handshake runs in its own boxed future: an async fn's state is as large as its largest await
+/// point, and the CONNECT packet, its properties and the connect-phase timers would otherwise take room in
+/// every connection's state for its whole life.
 pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
-    let _ = stream.set_nodelay(true);
-    let mut buf = BytesMut::new();
-    let mut stream = stream;
-    let max = state.config.mqtt.packet_bytes_max;
-    let connect =
-        match tokio::time::timeout(CONNECT_TIMEOUT, read_connect(&mut stream, &mut buf, max)).await
-        {
-            Ok(Ok(Some(connect))) => connect,
-            Ok(Ok(None)) | Err(_) => return,
-            Ok(Err(e)) => {
-                tracing::debug!(%peer, error = %e, "bad CONNECT");
-                // An unsupported version is answered (in 3.1.1 form, which every client reads); other
-                // malformed CONNECTs are closed without an answer.
-                if let Some(code) = e.connack_code(Protocol::V311) {
-                    let _ = send_connack(&mut stream, Protocol::V311, code).await;
-                }
-                return;
-            }
-        };
-    let protocol = connect.protocol;
-    let device = match authenticate(&state, &connect) {
-        Ok(device) => device,
-        Err(code) => {
-            tracing::debug!(%peer, client_id = %connect.client_id, code, "CONNECT refused");
-            let _ = send_connack(&mut stream, protocol, code).await;
-            return;
-        }
+    let Some(session) = Box::pin(handshake(&state, stream, peer)).await else {
+        return;
     };
-    // Register before CONNACK, then look the device up again: a delete or credentials change that landed
-    // after `authenticate` found no session to close, so it is caught here instead.
-    let guard = state.sessions.register(device.device_id);
-    if state.entities.device_auth(device.device_id).is_none() {
-        let code = if protocol == Protocol::V5 {
-            reason::NOT_AUTHORIZED
-        } else {
-            5
-        };
-        let _ = send_connack(&mut stream, protocol, code).await;
-        return;
-    }
-    if send_connack(&mut stream, protocol, 0).await.is_err() {
-        return;
-    }
+    let Session {
+        stream,
+        buf,
+        protocol,
+        device,
+        guard,
+    } = session;
     let mut conn = Conn {
         state: &state,
         stream,
@@ -122,17 +93,89 @@ pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
     let end = conn.run(buf, &guard.signal).await;
     if let End::Server(Some(code)) = end {
         if conn.protocol == Protocol::V5 {
-            let mut out = BytesMut::new();
-            let packet = Packet::Disconnect(Disconnect {
-                reason: code,
-                properties: Default::default(),
-            });
-            if encode(&packet, conn.protocol, &mut out).is_ok() {
-                let _ = conn.stream.write_all(&out).await;
-            }
+            let out = disconnect_bytes(code);
+            let _ = conn.stream.write_all(&out).await;
         }
     }
     let _ = conn.stream.shutdown().await;
+}
+
+/// An accepted session: what the handshake hands to the packet loop.
+struct Session<'a> {
+    stream: TcpStream,
+    /// Bytes read after the CONNECT, if the client pipelined packets behind it.
+    buf: BytesMut,
+    protocol: Protocol,
+    device: DeviceAuth,
+    guard: SessionGuard<'a>,
+}
+
+/// Reads the CONNECT, authenticates the device, registers its session and answers CONNACK.
+async fn handshake(
+    state: &AppState,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+) -> Option<Session<'_>> {
+    let _ = stream.set_nodelay(true);
+    let mut buf = BytesMut::new();
+    let max = packet_limit(state);
+    let read =
+        tokio::time::timeout(CONNECT_TIMEOUT, read_connect(&mut stream, &mut buf, max)).await;
+    let connect = match read {
+        Ok(Ok(Some(connect))) => connect,
+        Ok(Ok(None)) | Err(_) => return None,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "bad CONNECT");
+            // An unsupported version is answered (in 3.1.1 form, which every client reads); other
+            // malformed CONNECTs are closed without an answer.
+            if let Some(code) = e.connack_code(Protocol::V311) {
+                let _ = send_connack(&mut stream, Protocol::V311, code).await;
+            }
+            return None;
+        }
+    };
+    let protocol = connect.protocol;
+    let device = match authenticate(state, &connect) {
+        Ok(device) => device,
+        Err(code) => {
+            tracing::debug!(%peer, client_id = %connect.client_id, code, "CONNECT refused");
+            let _ = send_connack(&mut stream, protocol, code).await;
+            return None;
+        }
+    };
+    // Register before CONNACK, then look the device up again: a delete or credentials change that landed
+    // after `authenticate` found no session to close, so it is caught here instead.
+    let guard = state.sessions.register(device.device_id);
+    if state.entities.device_auth(device.device_id).is_none() {
+        let code = if protocol == Protocol::V5 {
+            reason::NOT_AUTHORIZED
+        } else {
+            5
+        };
+        let _ = send_connack(&mut stream, protocol, code).await;
+        return None;
+    }
+    send_connack(&mut stream, protocol, 0).await.ok()?;
+    Some(Session {
+        stream,
+        buf,
+        protocol,
+        device,
+        guard,
+    })
+}
+
+/// An MQTT 5 DISCONNECT with `reason`, encoded.
+fn disconnect_bytes(reason: u8) -> BytesMut {
+    let mut out = BytesMut::new();
+    let packet = Packet::Disconnect(Disconnect {
+        reason,
+        properties: Default::default(),
+    });
+    if let Err(e) = encode(&packet, Protocol::V5, &mut out) {
+        tracing::error!(error = %e, "cannot encode DISCONNECT");
+    }
+    out
 }
 
 /// The codec limits whole packets; the configured limit, like ThingsBoard's (Netty's `maxBytesInMessage`),
@@ -209,24 +252,30 @@ impl Conn<'_> {
     async fn run(&mut self, mut buf: BytesMut, close: &CloseSignal) -> End {
         let max = packet_limit(self.state);
         loop {
-            // Handle every complete packet already buffered (the first loop may have leftovers from CONNECT).
+            // Handle every complete packet already buffered (the first loop may have leftovers from CONNECT),
+            // then make the batch durable and answer it: one flush point, so one await slot in the state.
+            let mut end = None;
             loop {
                 match decode(&mut buf, self.protocol, max) {
                     Ok(Some(packet)) => {
-                        if let Some(end) = self.handle(packet) {
-                            self.flush().await;
-                            return end;
+                        end = self.handle(packet);
+                        if end.is_some() {
+                            break;
                         }
                     }
                     Ok(None) => break,
                     Err(e) => {
                         tracing::debug!(peer = %self.peer, error = %e, "malformed packet");
-                        self.flush().await;
-                        return End::Server(Some(e.reason_code()));
+                        end = Some(End::Server(Some(e.reason_code())));
+                        break;
                     }
                 }
             }
-            if !self.flush().await {
+            let flushed = self.flush().await;
+            if let Some(end) = end {
+                return end;
+            }
+            if !flushed {
                 return End::Client;
             }
             if buf.is_empty() {
@@ -256,7 +305,7 @@ impl Conn<'_> {
     async fn flush(&mut self) -> bool {
         if self.wait_seq > 0 {
             let seq = std::mem::take(&mut self.wait_seq);
-            if let Err(e) = self.state.ingest.durable(seq).await {
+            if let Err(e) = Box::pin(self.state.ingest.durable(seq)).await {
                 // Nothing in this batch may be acknowledged: drop the answers and close.
                 tracing::warn!(peer = %self.peer, error = %e, "cannot make records durable; closing");
                 self.out.clear();
