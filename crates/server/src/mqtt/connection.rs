@@ -31,6 +31,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const INACTIVITY_TIMEOUT: Duration = Duration::from_secs(600);
 /// Read buffer growth step.
 const READ_CHUNK: usize = 8 * 1024;
+/// Read buffer growth step while waiting for CONNECT: CONNECT packets are small, and thousands of devices
+/// reconnecting at once should not each take a full read chunk.
+const CONNECT_READ_CHUNK: usize = 512;
 /// A client that does not take our answers within this long is disconnected, so it cannot pin its task.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -204,7 +207,7 @@ async fn read_connect(
             Some(_) => return Ok(None),
             None => {}
         }
-        buf.reserve(READ_CHUNK);
+        buf.reserve(CONNECT_READ_CHUNK);
         match tokio::io::AsyncReadExt::read_buf(stream, buf).await {
             Ok(0) | Err(_) => return Ok(None),
             Ok(_) => {}
