@@ -20,7 +20,15 @@ proptest! {
 
     #[test]
     fn queries_match_naive(
-        base in prop::sample::select(vec![0i64, MARCH_2024_MS - 3_000, -4_000]),
+        // Bases straddle month boundaries: Feb/Mar 2024, 1969/1970 (inside the shared pre-2000 keyspace),
+        // and the edges of the per-month range (2000-01-01, 2100-01-01).
+        base in prop::sample::select(vec![
+            0i64,
+            MARCH_2024_MS - 3_000,
+            -4_000,
+            946_684_800_000 - 3_000,
+            4_102_444_800_000 - 3_000,
+        ]),
         chunk_points_max in 2usize..40,
         writes in prop::collection::vec((0i64..6_000, value(), 0u8..100), 1..300),
         queries in prop::collection::vec(

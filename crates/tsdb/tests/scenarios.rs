@@ -334,6 +334,7 @@ fn write_records_takes_every_timestamp_of_a_message() {
     assert_eq!(db.head_stats().head_points, 3);
 }
 
+/// Points in 1970 live in the keyspace shared by everything before 2000 (`chunks_1999_12`).
 #[test]
 fn a_corrupt_chunk_is_reported_with_its_location() {
     let dir = tempfile::tempdir().unwrap();
@@ -348,7 +349,7 @@ fn a_corrupt_chunk_is_reported_with_its_location() {
     {
         let fj = fjall::Database::builder(dir.path()).open().unwrap();
         let ks = fj
-            .keyspace("chunks_1970_01", fjall::KeyspaceCreateOptions::default)
+            .keyspace("chunks_1999_12", fjall::KeyspaceCreateOptions::default)
             .unwrap();
         let (key, value) = ks.iter().next().unwrap().into_inner().unwrap();
         let mut bad = value.to_vec();
@@ -361,7 +362,7 @@ fn a_corrupt_chunk_is_reported_with_its_location() {
     match db.query(DEV, "t", &Query::raw(0, 10, 10, Order::Asc)) {
         Err(Error::Corrupt { location, reason }) => {
             assert!(
-                location.starts_with("chunks_1970_01/series 0/chunk 0"),
+                location.starts_with("chunks_1999_12/series 0/chunk 0"),
                 "{location}"
             );
             assert_eq!(reason, "checksum mismatch");
@@ -448,4 +449,39 @@ fn aggregation_refuses_more_buckets_than_allowed() {
         Err(Error::InvalidQuery(message)) => assert!(message.contains("more than 9"), "{message}"),
         other => panic!("expected InvalidQuery, got {other:?}"),
     }
+}
+
+/// Timestamps come from devices: ones spread over centuries must not create a keyspace per month. They
+/// land in the two shared keyspaces around 2000-2099 and read back exactly.
+#[test]
+fn timestamps_far_from_now_share_keyspaces_and_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let month_ms = 31 * 86_400_000i64;
+    let mut expected = Vec::new();
+    {
+        let db = open(&dir, 16);
+        // 1200 months from 1800 on (all before 2000) and 1200 from 2100 on, one point each.
+        for i in 0..1200i64 {
+            for ts in [
+                -5_364_662_400_000 + i * month_ms,
+                4_102_444_800_000 + i * month_ms,
+            ] {
+                db.write(src(i as u64), DEV, "t", ts, &Value::Long(i))
+                    .unwrap();
+                expected.push((ts, Value::Long(i)));
+            }
+        }
+        db.seal_all().unwrap();
+        db.persist().unwrap();
+    }
+    expected.sort_by_key(|(ts, _)| *ts);
+    let db = open(&dir, 16);
+    assert_eq!(all(&db, "t"), expected);
+    let keyspaces = std::fs::read_dir(dir.path().join("keyspaces"))
+        .map(|entries| entries.count())
+        .unwrap_or(0);
+    assert!(
+        keyspaces <= 8,
+        "{keyspaces} keyspaces for far-away timestamps"
+    );
 }
