@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use fleetwire_model::{Kv, TsRecord, Value};
 use parking_lot::{Mutex, MutexGuard};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::head::Source;
 use crate::latest::Latest;
 use crate::query::{self, Query};
@@ -218,6 +218,11 @@ impl Tsdb {
 
     /// Seals every head matching `pred`, one series per lock acquisition so writers of a
     /// shard wait for one chunk encode at a time, not for the whole sweep. Returns how many.
+    ///
+    /// A series whose seal fails on its own data (a corrupt stored chunk it must merge with, an
+    /// encode error) is skipped with a warning: its head keeps its points and its log pin, so
+    /// nothing is lost, and every other series still seals, so the log behind them can be trimmed.
+    /// A storage failure (which poisons the store) stops the sweep.
     fn seal_where(&self, pred: impl Fn(&SeriesState) -> bool) -> Result<usize> {
         self.store.check_writable()?;
         let mut sealed = 0;
@@ -237,8 +242,16 @@ impl Tsdb {
             for (entity, key) in candidates {
                 let mut shard = shard.lock();
                 if let Some(state) = shard.series_mut(entity, &key) {
-                    if !state.head.is_empty() && pred(state) && self.seal_series(state)? {
-                        sealed += 1;
+                    if state.head.is_empty() || !pred(state) {
+                        continue;
+                    }
+                    match self.seal_series(state) {
+                        Ok(true) => sealed += 1,
+                        Ok(false) => {}
+                        Err(e @ (Error::Corrupt { .. } | Error::Encode(_))) => {
+                            tracing::warn!(series = state.id.0, error = %e, "cannot seal a series; its head keeps its points");
+                        }
+                        Err(e) => return Err(e),
                     }
                 }
             }

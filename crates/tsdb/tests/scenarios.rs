@@ -369,6 +369,14 @@ fn a_corrupt_chunk_is_reported_with_its_location() {
         }
         other => panic!("expected a corruption error, got {other:?}"),
     }
+    // Sealing a point into the corrupt chunk's range fails for that series only: another series
+    // still seals, and the failed one keeps its point in the head and its pin on the log.
+    db.write(src(50), DEV, "t", 5, &Value::Long(55)).unwrap();
+    db.write(src(51), DEV, "u", 5, &Value::Long(1)).unwrap();
+    assert_eq!(db.seal_all().unwrap(), 1);
+    db.persist().unwrap();
+    assert_eq!(db.min_unsealed_source(0), Some(50));
+    assert_eq!(all(&db, "u"), longs(&[(5, 1)]));
 }
 
 #[test]
