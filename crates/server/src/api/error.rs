@@ -107,6 +107,22 @@ impl ApiError {
     }
 }
 
+/// A write the ingest path refused: too large → 413 (plain text); anything else (log poisoned, shutting
+/// down) → 503, logged once here because it is the server's problem, not the client's.
+impl From<crate::ingest::IngestError> for ApiError {
+    fn from(err: crate::ingest::IngestError) -> ApiError {
+        match err {
+            crate::ingest::IngestError::TooLarge { .. } => {
+                ApiError::plain(StatusCode::PAYLOAD_TOO_LARGE, err.to_string())
+            }
+            other => {
+                tracing::warn!(error = %other, "write refused");
+                ApiError::unavailable(other.to_string())
+            }
+        }
+    }
+}
+
 impl From<EntityError> for ApiError {
     fn from(err: EntityError) -> ApiError {
         match err {

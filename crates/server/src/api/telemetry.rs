@@ -12,14 +12,15 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use fleetwire_model::{parse_telemetry, Record, Value};
+use fleetwire_model::Value;
 use fleetwire_tsdb::{Agg, Order, Query};
 use serde_json::{Map, Value as JsonValue};
 use uuid::Uuid;
 
 use crate::api::auth::CurrentUser;
 use crate::api::error::ApiError;
-use crate::ingest::now_ms;
+use crate::ingest::attributes::split_keys;
+use crate::ingest::telemetry_record;
 use crate::AppState;
 
 /// How long a read waits for the processor to catch up before answering with what it has.
@@ -108,13 +109,9 @@ fn parse_params(query: Option<&str>) -> Result<Params, ApiError> {
     };
     for (name, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
         match name.as_ref() {
-            "keys" | "key" => p.keys.extend(
-                value
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|k| !k.is_empty())
-                    .map(String::from),
-            ),
+            "keys" | "key" => p
+                .keys
+                .extend(split_keys(&value).into_iter().map(String::from)),
             "startTs" => p.start_ts = Some(number("startTs", &value)?),
             "endTs" => p.end_ts = Some(number("endTs", &value)?),
             "interval" => p.interval = number("interval", &value)?,
@@ -305,24 +302,9 @@ async fn save(
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(plain("Request body is empty"));
     }
-    let records = parse_telemetry(body, now_ms())
-        .map_err(|e| plain(format!("Invalid timeseries payload: {e}")))?;
-    if records.iter().all(|r| r.kvs.is_empty()) {
-        return Err(plain("No timeseries data found in request body!"));
-    }
-    let record = Record::Telemetry {
-        entity: device.as_u128(),
-        records,
-    };
-    let mut scratch = Vec::new();
-    let seq = state
-        .ingest
-        .append_record(device, &record, &mut scratch)
-        .map_err(|e| ApiError::unavailable(e.to_string()))?;
-    state
-        .ingest
-        .durable(seq)
-        .await
-        .map_err(|e| ApiError::unavailable(e.to_string()))?;
+    let record = telemetry_record(device, body)
+        .map_err(|e| plain(format!("Invalid timeseries payload: {e}")))?
+        .ok_or_else(|| plain("No timeseries data found in request body!"))?;
+    state.ingest.write(device, &record).await?;
     Ok(StatusCode::OK.into_response())
 }

@@ -11,12 +11,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use fleetwire_entities::DeviceAuth;
-use fleetwire_model::record::AttributeScope;
-use fleetwire_model::{parse_attributes, parse_telemetry, Record};
+use fleetwire_model::Record;
 use serde::Deserialize;
 
 use super::attributes::split_keys;
-use super::{now_ms, IngestError};
+use super::{client_attributes_record, telemetry_record};
 use crate::api::error::ApiError;
 use crate::AppState;
 
@@ -38,23 +37,9 @@ fn device(state: &AppState, token: &str) -> Result<DeviceAuth, StatusCode> {
 }
 
 async fn store(state: &AppState, device: &DeviceAuth, record: Record) -> Response {
-    let mut scratch = Vec::new();
-    let appended = state
-        .ingest
-        .append_record(device.device_id, &record, &mut scratch);
-    let result = match appended {
-        Ok(seq) => state.ingest.durable(seq).await,
-        Err(e) => Err(e),
-    };
-    match result {
+    match state.ingest.write(device.device_id, &record).await {
         Ok(()) => StatusCode::OK.into_response(),
-        Err(e @ IngestError::TooLarge { .. }) => {
-            ApiError::plain(StatusCode::PAYLOAD_TOO_LARGE, e.to_string()).into_response()
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "device HTTP write refused");
-            ApiError::unavailable(e.to_string()).into_response()
-        }
+        Err(e) => ApiError::from(e).into_response(),
     }
 }
 
@@ -67,12 +52,9 @@ async fn post_telemetry(
         Ok(device) => device,
         Err(refused) => return refused.into_response(),
     };
-    match parse_telemetry(&body, now_ms()) {
-        Ok(records) if records.iter().all(|r| r.kvs.is_empty()) => StatusCode::OK.into_response(),
-        Ok(records) => {
-            let entity = device.device_id.as_u128();
-            store(&state, &device, Record::Telemetry { entity, records }).await
-        }
+    match telemetry_record(device.device_id, &body) {
+        Ok(Some(record)) => store(&state, &device, record).await,
+        Ok(None) => StatusCode::OK.into_response(),
         Err(e) => ApiError::bad_request(format!("Invalid telemetry payload: {e}")).into_response(),
     }
 }
@@ -86,17 +68,9 @@ async fn post_attributes(
         Ok(device) => device,
         Err(refused) => return refused.into_response(),
     };
-    match parse_attributes(&body) {
-        Ok(kvs) if kvs.is_empty() => StatusCode::OK.into_response(),
-        Ok(kvs) => {
-            let record = Record::Attributes {
-                entity: device.device_id.as_u128(),
-                scope: AttributeScope::Client,
-                ts: now_ms(),
-                kvs,
-            };
-            store(&state, &device, record).await
-        }
+    match client_attributes_record(device.device_id, &body) {
+        Ok(Some(record)) => store(&state, &device, record).await,
+        Ok(None) => StatusCode::OK.into_response(),
         Err(e) => ApiError::bad_request(format!("Invalid attributes payload: {e}")).into_response(),
     }
 }

@@ -16,7 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fleetwire_log::{Log, LogConfig as LogOptions};
-use fleetwire_model::Record;
+use fleetwire_model::record::AttributeScope;
+use fleetwire_model::{parse_attributes, parse_telemetry, PayloadError, Record};
 use fleetwire_tsdb::{Tsdb, TsdbConfig as TsdbOptions};
 use parking_lot::Mutex;
 use tokio::sync::watch;
@@ -172,6 +173,15 @@ impl Ingest {
         self.append(device, scratch)
     }
 
+    /// Appends one record and resolves once it is durable: the whole write of a request-response API
+    /// (HTTP device API, REST telemetry save). Connections batch instead, with `append_record` and one
+    /// `durable` per batch.
+    pub async fn write(&self, device: Uuid, record: &Record) -> Result<(), IngestError> {
+        let mut scratch = Vec::new();
+        let seq = self.append_record(device, record, &mut scratch)?;
+        self.durable(seq).await
+    }
+
     /// Resolves once every record up to `seq` is durable (fsync'd, or written to the OS with
     /// `durability = "os"`). Fails if the log was poisoned, so nothing is acknowledged that is not durable.
     pub async fn durable(&self, seq: u64) -> Result<(), IngestError> {
@@ -236,6 +246,38 @@ impl Drop for Ingest {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// Parses a device's telemetry payload (reference 1.5-1.6) into the record to append, stamping points
+/// without a ts with the server's time. `None` when the payload carries no data point (`{}` is valid: it
+/// is acknowledged, and there is nothing to store).
+pub fn telemetry_record(device: Uuid, payload: &[u8]) -> Result<Option<Record>, PayloadError> {
+    let records = parse_telemetry(payload, now_ms())?;
+    if records.iter().all(|r| r.kvs.is_empty()) {
+        return Ok(None);
+    }
+    Ok(Some(Record::Telemetry {
+        entity: device.as_u128(),
+        records,
+    }))
+}
+
+/// Parses a device's client-attributes payload (reference 1.7) into the record to append; `None` when
+/// it names no attribute.
+pub fn client_attributes_record(
+    device: Uuid,
+    payload: &[u8],
+) -> Result<Option<Record>, PayloadError> {
+    let kvs = parse_attributes(payload)?;
+    if kvs.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Record::Attributes {
+        entity: device.as_u128(),
+        scope: AttributeScope::Client,
+        ts: now_ms(),
+        kvs,
+    }))
 }
 
 /// Wall-clock time in epoch milliseconds: the server-side timestamp of data that comes without one.

@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use fleetwire_entities::{AuthRefusal, DeviceAuth, MqttAuth};
-use fleetwire_model::record::AttributeScope;
-use fleetwire_model::{parse_attributes, parse_telemetry, Record};
+use fleetwire_model::{PayloadError, Record};
 use fleetwire_mqtt::{
     decode, encode, reason, ConnAck, Connect, DecodeError, Disconnect, Packet, Protocol, PubAck,
     Publish, QoS, SubAck, Subscribe, UnsubAck, Unsubscribe,
@@ -22,7 +21,7 @@ use tokio::net::TcpStream;
 use super::requests;
 use super::sessions::{CloseSignal, SessionGuard};
 use super::topics::{self, DeviceTopic};
-use crate::ingest::now_ms;
+use crate::ingest::{client_attributes_record, telemetry_record};
 use crate::AppState;
 
 /// How long a new connection may take to send its CONNECT.
@@ -388,24 +387,10 @@ impl Conn<'_> {
         let pkid = publish.pkid;
         let device = self.device.device_id;
         let result = match topics::classify(publish.topic.as_str()) {
-            DeviceTopic::Telemetry => match parse_telemetry(&publish.payload, now_ms()) {
-                Ok(records) if records.iter().all(|r| r.kvs.is_empty()) => Ok(()),
-                Ok(records) => self.append(Record::Telemetry {
-                    entity: device.as_u128(),
-                    records,
-                }),
-                Err(e) => Err(Refusal::Payload(e.to_string())),
-            },
-            DeviceTopic::Attributes => match parse_attributes(&publish.payload) {
-                Ok(kvs) if kvs.is_empty() => Ok(()),
-                Ok(kvs) => self.append(Record::Attributes {
-                    entity: device.as_u128(),
-                    scope: AttributeScope::Client,
-                    ts: now_ms(),
-                    kvs,
-                }),
-                Err(e) => Err(Refusal::Payload(e.to_string())),
-            },
+            DeviceTopic::Telemetry => self.append(telemetry_record(device, &publish.payload)),
+            DeviceTopic::Attributes => {
+                self.append(client_attributes_record(device, &publish.payload))
+            }
             DeviceTopic::RpcRequest { id, v2 } => {
                 let answer = requests::client_rpc(self.state, id, v2, &publish.payload);
                 if ack {
@@ -470,7 +455,13 @@ impl Conn<'_> {
         }
     }
 
-    fn append(&mut self, record: Record) -> Result<(), Refusal> {
+    /// Appends a parsed payload's record (nothing for an empty payload) to the batch.
+    fn append(&mut self, parsed: Result<Option<Record>, PayloadError>) -> Result<(), Refusal> {
+        let record = match parsed {
+            Ok(Some(record)) => record,
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(Refusal::Payload(e.to_string())),
+        };
         let device = self.device.device_id;
         match self
             .state
