@@ -1,4 +1,5 @@
-//! The `fleetwire` binary: `serve` runs the platform, `check-config` validates a configuration file.
+//! The `fleetwire` binary: `serve` runs the platform, `bench` load-tests it, `check-config` validates a
+//! configuration file.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,6 +33,8 @@ enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
+    /// Load-test a server: device fleets over MQTT or HTTP, latency, verification (see bench/README.md).
+    Bench(fleetwire_bench::cli::BenchArgs),
     /// Load and validate a configuration, then print the effective configuration.
     CheckConfig {
         /// Configuration file (TOML); without it the built-in defaults are checked.
@@ -81,6 +84,20 @@ fn run() -> anyhow::Result<()> {
             runtime
                 .block_on(fleetwire_server::serve::serve(config))
                 .context("serving")
+        }
+        Command::Bench(args) => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .thread_name("bench")
+                .build()
+                .context("starting the async runtime")?;
+            let ok = runtime
+                .block_on(fleetwire_bench::cli::main(args))
+                .context("bench")?;
+            if !ok {
+                anyhow::bail!("the run failed: nothing acknowledged, or acknowledged points are missing");
+            }
+            Ok(())
         }
         Command::CheckConfig { config } => {
             let config = Config::load(config.as_deref()).context("loading configuration")?;

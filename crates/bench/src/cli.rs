@@ -1,0 +1,297 @@
+//! `fleetwire bench` flags: a scenario file, flags that override it, and the `null-server` and `query`
+//! subcommands.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Args, Subcommand};
+
+use crate::error::{Error, Result};
+use crate::null_server::{self, NullServerStats};
+use crate::query::{self, QueryOptions};
+use crate::run::{self, RunOptions};
+use crate::scenario::{MqttVersion, Profile, Rate, Scenario, Transport};
+
+/// Load-test a Fleetwire (or any MQTT) server. Without arguments: the canonical workload, 10,000 smart
+/// meters over MQTT QoS 1 at the maximum rate for 30 s, verified through the REST API.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub command: Option<BenchCommand>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// An MQTT server that acknowledges every PUBLISH and does nothing else: the box's own limit.
+    NullServer {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:1884")]
+        bind: SocketAddr,
+    },
+    /// Query latency: one day of 1 s data for one key, read back as 1-minute averages.
+    Query {
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        #[arg(long, default_value_t = 1883)]
+        mqtt_port: u16,
+        #[arg(long, default_value_t = 8080)]
+        http_port: u16,
+        #[arg(long, default_value = "tenant@thingsboard.org")]
+        username: String,
+        #[arg(long, default_value = "tenant")]
+        password: String,
+        /// Device that holds the data (created if missing).
+        #[arg(long, default_value = "DWQUERY0")]
+        device: String,
+        /// Timed queries (after 3 warm-up queries).
+        #[arg(long, default_value_t = 100)]
+        runs: u32,
+        /// Skip writing the day of data (it is already there).
+        #[arg(long)]
+        no_load: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Flags of a load run; each overrides the scenario file's value.
+#[derive(Debug, Args, Default)]
+pub struct RunArgs {
+    /// Scenario file (TOML, see bench/scenarios/); flags override its values.
+    #[arg(long, short)]
+    pub scenario: Option<PathBuf>,
+    #[arg(long)]
+    pub name: Option<String>,
+    /// mqtt or http.
+    #[arg(long, value_parser = parse_transport)]
+    pub transport: Option<Transport>,
+    /// 3.1, 3.1.1 or 5.
+    #[arg(long, value_parser = parse_version)]
+    pub mqtt_version: Option<MqttVersion>,
+    #[arg(long)]
+    pub qos: Option<u8>,
+    #[arg(long)]
+    pub keep_alive_s: Option<u16>,
+    #[arg(long)]
+    pub devices: Option<u32>,
+    #[arg(long)]
+    pub first_index: Option<u32>,
+    /// smart-meter, smart-tracker or industrial-plc.
+    #[arg(long, value_parser = parse_profile)]
+    pub profile: Option<Profile>,
+    #[arg(long)]
+    pub plc_values: Option<u32>,
+    /// Total messages/s paced over the devices, or "max".
+    #[arg(long, value_parser = |s: &str| Rate::parse(s).map_err(|e| e.to_string()))]
+    pub rate: Option<Rate>,
+    /// Messages in flight per connection.
+    #[arg(long)]
+    pub window: Option<u32>,
+    /// Messages/s with batteryLevel = 10.
+    #[arg(long)]
+    pub alarms_per_s: Option<f64>,
+    #[arg(long)]
+    pub warmup_s: Option<f64>,
+    #[arg(long)]
+    pub duration_s: Option<f64>,
+    /// New connections per second.
+    #[arg(long)]
+    pub connect_rate: Option<f64>,
+    /// Stop after this many messages in total.
+    #[arg(long)]
+    pub messages_max: Option<u64>,
+    #[arg(long)]
+    pub http_connections: Option<u32>,
+    #[arg(long)]
+    pub host: Option<String>,
+    #[arg(long)]
+    pub mqtt_port: Option<u16>,
+    #[arg(long)]
+    pub http_port: Option<u16>,
+    #[arg(long)]
+    pub username: Option<String>,
+    #[arg(long)]
+    pub password: Option<String>,
+    /// Create the devices and their profile through the REST API first (existing ones are kept).
+    #[arg(long)]
+    pub create_devices: bool,
+    /// Skip the acked-vs-stored verification (for servers that do not store, like mosquitto).
+    #[arg(long)]
+    pub no_verify: bool,
+    #[arg(long)]
+    pub connections_per_process: Option<u32>,
+    /// Sample this process's CPU and RSS during the run (the server under test).
+    #[arg(long)]
+    pub server_pid: Option<u32>,
+    /// Print the report as JSON on stdout (the table goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Internal: run one slice for a driver process (slice on stdin, events on stdout).
+    #[arg(long, hide = true)]
+    pub worker: bool,
+}
+
+impl RunArgs {
+    /// The scenario: the file (or the defaults) with the flags applied.
+    pub fn scenario(&self) -> Result<Scenario> {
+        let mut s = match &self.scenario {
+            Some(path) => Scenario::load(path)?,
+            None => Scenario::default(),
+        };
+        macro_rules! set {
+            ($($field:ident),*) => { $( if let Some(v) = self.$field.clone() { s.$field = v; } )* };
+        }
+        set!(
+            name,
+            transport,
+            mqtt_version,
+            qos,
+            keep_alive_s,
+            devices,
+            first_index,
+            profile,
+            plc_values,
+            rate,
+            window,
+            alarms_per_s,
+            warmup_s,
+            duration_s,
+            connect_rate,
+            http_connections,
+            host,
+            mqtt_port,
+            http_port,
+            username,
+            password,
+            connections_per_process
+        );
+        if self.messages_max.is_some() {
+            s.messages_max = self.messages_max;
+        }
+        if self.create_devices {
+            s.create_devices = true;
+        }
+        if self.no_verify {
+            s.verify = false;
+        }
+        s.validate()?;
+        Ok(s)
+    }
+}
+
+/// Runs `fleetwire bench`; Ok(false) means the run completed but failed (missing points, nothing acked).
+pub async fn main(args: BenchArgs) -> Result<bool> {
+    match args.command {
+        Some(BenchCommand::NullServer { bind }) => {
+            let listener = tokio::net::TcpListener::bind(bind)
+                .await
+                .map_err(|e| Error::io(format!("binding {bind}"), e))?;
+            eprintln!("null server listening on {bind}");
+            null_server::serve(listener, Arc::new(NullServerStats::default()))
+                .await
+                .map_err(|e| Error::io("null server", e))?;
+            Ok(true)
+        }
+        Some(BenchCommand::Query {
+            host,
+            mqtt_port,
+            http_port,
+            username,
+            password,
+            device,
+            runs,
+            no_load,
+            json,
+        }) => {
+            let ip: std::net::IpAddr = host
+                .parse()
+                .map_err(|_| Error::Scenario(format!("host {host:?} is not an IP address")))?;
+            let opts = QueryOptions {
+                device_name: device,
+                days: 1,
+                step_ms: 1000,
+                interval_ms: 60_000,
+                agg: "AVG".into(),
+                runs,
+                load: !no_load,
+            };
+            let report = query::run(
+                SocketAddr::new(ip, http_port),
+                SocketAddr::new(ip, mqtt_port),
+                &username,
+                &password,
+                &opts,
+            )
+            .await?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report)
+                        .map_err(|e| Error::json("printing the report", e))?
+                );
+            } else {
+                println!(
+                    "query: {} points, 1-minute {} over 1 day ({} buckets), {} runs: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+                    report.points, opts.agg, report.buckets, report.runs, report.p50_ms, report.p99_ms, report.max_ms
+                );
+            }
+            Ok(true)
+        }
+        None if args.run.worker => {
+            run::worker().await?;
+            Ok(true)
+        }
+        None => {
+            let scenario = args.run.scenario()?;
+            let options = RunOptions {
+                server_pid: args.run.server_pid,
+                progress: true,
+                worker_command: None,
+            };
+            let report = run::run(&scenario, &options).await?;
+            if args.run.json {
+                eprint!("{}", report.table());
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report)
+                        .map_err(|e| Error::json("printing the report", e))?
+                );
+            } else {
+                print!("{}", report.table());
+            }
+            Ok(report.ok())
+        }
+    }
+}
+
+fn parse_transport(s: &str) -> std::result::Result<Transport, String> {
+    match s {
+        "mqtt" => Ok(Transport::Mqtt),
+        "http" => Ok(Transport::Http),
+        _ => Err(format!("{s:?}: expected mqtt or http")),
+    }
+}
+
+fn parse_version(s: &str) -> std::result::Result<MqttVersion, String> {
+    match s {
+        "3.1" => Ok(MqttVersion::V31),
+        "3.1.1" | "311" => Ok(MqttVersion::V311),
+        "5" | "5.0" => Ok(MqttVersion::V5),
+        _ => Err(format!("{s:?}: expected 3.1, 3.1.1 or 5")),
+    }
+}
+
+fn parse_profile(s: &str) -> std::result::Result<Profile, String> {
+    match s {
+        "smart-meter" => Ok(Profile::SmartMeter),
+        "smart-tracker" => Ok(Profile::SmartTracker),
+        "industrial-plc" => Ok(Profile::IndustrialPlc),
+        _ => Err(format!(
+            "{s:?}: expected smart-meter, smart-tracker or industrial-plc"
+        )),
+    }
+}

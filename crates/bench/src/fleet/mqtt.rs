@@ -1,0 +1,428 @@
+//! MQTT devices: one task and one connection per device, speaking raw MQTT with Fleetwire's codec.
+//!
+//! Closed loop: each connection keeps `window` PUBLISHes in flight and sends the next one as each PUBACK
+//! comes back. Open loop: message k of a device is due at the [`Schedule`]'s time and is sent then (or as
+//! soon as the window allows); its latency is measured from when it was *due*, so a server that falls
+//! behind shows it in the latency instead of quietly slowing the generator (coordinated omission).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use fleetwire_mqtt::{decode, encode, Connect, Disconnect, Packet, Protocol, Publish, QoS, Topic};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::time::{sleep_until, timeout};
+
+use super::{
+    alarm_budget, connect_offset, open_loop_rate, DeviceOutcome, Shared, TsClock, DRAIN_TIMEOUT,
+    RESPONSE_TIMEOUT,
+};
+use crate::pacing::Schedule;
+use crate::payload::PayloadGen;
+use crate::scenario::Scenario;
+
+const TOPIC: &str = "v1/devices/me/telemetry";
+/// Largest packet the generator decodes: the server only sends small acknowledgements.
+const PACKET_BYTES_MAX: usize = 64 * 1024;
+/// Pause before a device whose connection was lost connects again.
+const RECONNECT_DELAY: Duration = Duration::from_secs(1);
+
+/// Runs every device of the slice; outcomes in slot order.
+pub(super) async fn run_devices(shared: &Arc<Shared>) -> Vec<DeviceOutcome> {
+    let slice_start = Instant::now();
+    let first = shared.slice.first_slot;
+    let mut tasks = Vec::with_capacity(shared.slice.count as usize);
+    for slot in first..first + shared.slice.count {
+        let shared = shared.clone();
+        let connect_at = slice_start + connect_offset(&shared, slot);
+        tasks.push(tokio::spawn(async move {
+            Device::new(shared, slot).run(connect_at).await
+        }));
+    }
+    let mut outcomes = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        outcomes.push(task.await.unwrap_or_default());
+    }
+    outcomes
+}
+
+/// One simulated device.
+struct Device {
+    shared: Arc<Shared>,
+    slot: u32,
+    name: String,
+    protocol: Protocol,
+    payload: PayloadGen,
+    clock: TsClock,
+    acked: u64,
+    /// Messages this device has sent (its position in the open-loop schedule).
+    sent: u64,
+    quota: Option<u64>,
+}
+
+/// How a connection ended.
+enum End {
+    /// The load is over (stop time or quota).
+    Finished,
+    /// The connection broke; the device connects again.
+    Lost,
+}
+
+impl Device {
+    fn new(shared: Arc<Shared>, slot: u32) -> Device {
+        let s = &shared.slice.scenario;
+        let index = s.first_index + slot;
+        Device {
+            name: Scenario::device_name(index),
+            protocol: s.mqtt_version.protocol(),
+            payload: PayloadGen::new(s.profile, s.plc_values, u64::from(index)),
+            clock: TsClock::default(),
+            acked: 0,
+            sent: 0,
+            quota: shared.slice.quota(slot),
+            shared,
+            slot,
+        }
+    }
+
+    async fn run(mut self, connect_at: Instant) -> DeviceOutcome {
+        sleep_until(connect_at.into()).await;
+        let mut first_attempt = true;
+        loop {
+            let stream = self.connect().await;
+            if first_attempt {
+                self.shared.settled.fetch_add(1, Ordering::Relaxed);
+                first_attempt = false;
+            }
+            let Some(stream) = stream else {
+                break;
+            };
+            self.shared.connected.fetch_add(1, Ordering::Relaxed);
+            let end = self.session(stream).await;
+            self.shared.connected.fetch_sub(1, Ordering::Relaxed);
+            match end {
+                End::Finished => break,
+                End::Lost => {
+                    self.shared.errors.fetch_add(1, Ordering::Relaxed);
+                    // Reconnect only while the load is still on.
+                    let Some(start) = *self.shared.go.borrow() else {
+                        tokio::time::sleep(RECONNECT_DELAY).await;
+                        continue;
+                    };
+                    if Instant::now() + RECONNECT_DELAY >= self.shared.stop_at(start) {
+                        break;
+                    }
+                    tokio::time::sleep(RECONNECT_DELAY).await;
+                }
+            }
+        }
+        let (ts_min_ms, ts_max_ms) = self.clock.range();
+        DeviceOutcome {
+            acked: self.acked,
+            ts_min_ms,
+            ts_max_ms,
+        }
+    }
+
+    /// TCP connect, CONNECT, CONNACK. None if the server could not be reached or refused (counted).
+    async fn connect(&mut self) -> Option<(TcpStream, BytesMut)> {
+        let s = &self.shared.slice.scenario;
+        let addr = match self.shared.server_addr(s.mqtt_port) {
+            Ok(addr) => addr,
+            Err(e) => {
+                tracing::error!(error = %e, "bad server address");
+                self.shared.connect_failures.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+        };
+        let attempt = async {
+            let mut stream = tcp_connect(addr, self.shared.slice.local_ip).await?;
+            let connect = Packet::Connect(Connect {
+                protocol: self.protocol,
+                clean_start: s.clean_session,
+                keep_alive_s: s.keep_alive_s,
+                client_id: self.name.clone(),
+                username: Some(self.name.clone()),
+                password: None,
+                will: None,
+                properties: Default::default(),
+            });
+            let mut out = BytesMut::with_capacity(128);
+            encode(&connect, self.protocol, &mut out).map_err(std::io::Error::other)?;
+            stream.write_all(&out).await?;
+            let mut buf = BytesMut::with_capacity(4096);
+            loop {
+                match decode(&mut buf, self.protocol, PACKET_BYTES_MAX) {
+                    Ok(Some(Packet::ConnAck(ack))) => return Ok((stream, buf, ack.code)),
+                    Ok(Some(other)) => {
+                        return Err(std::io::Error::other(format!(
+                            "expected CONNACK, got {}",
+                            other.name()
+                        )))
+                    }
+                    Ok(None) => {}
+                    Err(e) => return Err(std::io::Error::other(e)),
+                }
+                if stream.read_buf(&mut buf).await? == 0 {
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+            }
+        };
+        match timeout(RESPONSE_TIMEOUT, attempt).await {
+            Ok(Ok((stream, buf, 0))) => Some((stream, buf)),
+            Ok(Ok((_, _, code))) => {
+                self.shared.refusal(u16::from(code));
+                None
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(device = %self.name, error = %e, "connect failed");
+                self.shared.connect_failures.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            Err(_) => {
+                tracing::debug!(device = %self.name, "CONNACK timed out");
+                self.shared.connect_failures.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    fn quota_reached(&self) -> bool {
+        self.quota.is_some_and(|q| self.sent >= q)
+    }
+
+    /// One connection's life after CONNACK: wait for go, load, drain.
+    async fn session(&mut self, (mut stream, mut rbuf): (TcpStream, BytesMut)) -> End {
+        let s = self.shared.slice.scenario.clone();
+        let keep_alive =
+            (s.keep_alive_s > 0).then(|| Duration::from_secs_f64(f64::from(s.keep_alive_s) * 0.75));
+        let mut wbuf = BytesMut::with_capacity(1024);
+        let mut last_write = Instant::now();
+
+        // Before go: keep the connection alive.
+        let start = loop {
+            let ping_at = keep_alive.map(|k| last_write + k);
+            tokio::select! {
+                start = self.shared.wait_go() => match start {
+                    Some(start) => break start,
+                    None => return End::Finished,
+                },
+                _ = sleep_opt(ping_at) => {
+                    if self.ping(&mut stream, &mut wbuf).await.is_err() {
+                        return End::Lost;
+                    }
+                    last_write = Instant::now();
+                }
+                read = stream.read_buf(&mut rbuf) => {
+                    if !matches!(read, Ok(n) if n > 0) {
+                        return End::Lost;
+                    }
+                    // PINGRESP and anything else before the load are dropped.
+                    while let Ok(Some(_)) = decode(&mut rbuf, self.protocol, PACKET_BYTES_MAX) {}
+                }
+            }
+        };
+        let stop_at = self.shared.stop_at(start);
+        let alarms = alarm_budget(&self.shared, start);
+        let schedule = open_loop_rate(&s).map(|rate| Schedule::new(self.slot, s.devices, rate));
+        let window = s.window as usize;
+        let qos1 = s.qos == 1;
+        // (pkid, when the message was due or sent) of the PUBLISHes awaiting PUBACK, oldest first.
+        let mut inflight: VecDeque<(u16, Instant)> = VecDeque::with_capacity(window);
+        let mut next_pkid: u16 = 1;
+        let mut payload = Vec::with_capacity(256);
+        let mut latencies = Vec::with_capacity(window);
+        let mut draining_since: Option<Instant> = None;
+
+        loop {
+            let now = Instant::now();
+            let stopping = now >= stop_at || self.quota_reached();
+            if stopping {
+                let since = *draining_since.get_or_insert(now);
+                if inflight.is_empty() {
+                    break;
+                }
+                if now.duration_since(since) >= DRAIN_TIMEOUT {
+                    // Acknowledgements that never came.
+                    self.shared
+                        .errors
+                        .fetch_add(inflight.len() as u64, Ordering::Relaxed);
+                    break;
+                }
+            }
+
+            // Send what is due and fits the window.
+            let mut next_due: Option<Instant> = None;
+            let mut burst = 0;
+            while !stopping && !self.quota_reached() && (!qos1 || inflight.len() < window) {
+                let due = match &schedule {
+                    Some(schedule) => match schedule.due(self.sent) {
+                        Some(offset) => start + offset,
+                        None => break,
+                    },
+                    None => now,
+                };
+                if due > now {
+                    next_due = Some(due);
+                    break;
+                }
+                if due >= stop_at {
+                    break;
+                }
+                payload.clear();
+                let ts = self.clock.next();
+                self.payload.write(ts, alarms.take(now), &mut payload);
+                let pkid = if qos1 {
+                    let pkid = next_pkid;
+                    next_pkid = next_pkid.checked_add(1).unwrap_or(1);
+                    inflight.push_back((pkid, due));
+                    pkid
+                } else {
+                    0
+                };
+                let publish = Packet::Publish(Publish {
+                    dup: false,
+                    qos: if qos1 {
+                        QoS::AtLeastOnce
+                    } else {
+                        QoS::AtMostOnce
+                    },
+                    retain: false,
+                    topic: Topic::from_static(TOPIC),
+                    pkid,
+                    payload: Bytes::copy_from_slice(&payload),
+                    properties: Default::default(),
+                });
+                if encode(&publish, self.protocol, &mut wbuf).is_err() {
+                    // A payload the codec cannot encode is a generator bug, not a server fault.
+                    tracing::error!(device = %self.name, "cannot encode PUBLISH");
+                    return End::Finished;
+                }
+                self.sent += 1;
+                self.shared.sent.fetch_add(1, Ordering::Relaxed);
+                burst += 1;
+                if !qos1 {
+                    self.acked += 1;
+                    self.shared.acked.fetch_add(1, Ordering::Relaxed);
+                    // QoS 0 has no window: send a window's worth, then let reads and other devices run.
+                    if burst >= window {
+                        break;
+                    }
+                }
+            }
+            if !wbuf.is_empty() {
+                if stream.write_all(&wbuf).await.is_err() {
+                    return End::Lost;
+                }
+                wbuf.clear();
+                last_write = Instant::now();
+                if !qos1 && schedule.is_none() {
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+            }
+
+            // Wait for acknowledgements, the next due message, the stop, or a keep-alive ping.
+            let wake = if stopping {
+                draining_since.map(|d| d + DRAIN_TIMEOUT)
+            } else {
+                [next_due, Some(stop_at), keep_alive.map(|k| last_write + k)]
+                    .into_iter()
+                    .flatten()
+                    .min()
+            };
+            tokio::select! {
+                read = stream.read_buf(&mut rbuf) => {
+                    if !matches!(read, Ok(n) if n > 0) {
+                        return End::Lost;
+                    }
+                    let now = Instant::now();
+                    loop {
+                        match decode(&mut rbuf, self.protocol, PACKET_BYTES_MAX) {
+                            Ok(Some(Packet::PubAck(ack))) => {
+                                let Some(pos) = inflight.iter().position(|(p, _)| *p == ack.pkid) else {
+                                    continue;
+                                };
+                                let Some((_, due)) = inflight.remove(pos) else { continue };
+                                if ack.reason >= 0x80 {
+                                    self.shared.refusal(u16::from(ack.reason));
+                                    continue;
+                                }
+                                self.acked += 1;
+                                self.shared.acked.fetch_add(1, Ordering::Relaxed);
+                                latencies.push(now.saturating_duration_since(due).as_micros() as u64);
+                            }
+                            Ok(Some(Packet::Disconnect(d))) => {
+                                self.shared.refusal(u16::from(d.reason));
+                                return End::Lost;
+                            }
+                            Ok(Some(_)) => {}
+                            Ok(None) => break,
+                            Err(e) => {
+                                tracing::warn!(device = %self.name, error = %e, "undecodable packet from the server");
+                                return End::Lost;
+                            }
+                        }
+                    }
+                    self.shared.record_latencies(self.slot, &latencies);
+                    latencies.clear();
+                }
+                _ = sleep_opt(wake) => {
+                    if !stopping && keep_alive.is_some_and(|k| Instant::now() >= last_write + k) {
+                        if self.ping(&mut stream, &mut wbuf).await.is_err() {
+                            return End::Lost;
+                        }
+                        last_write = Instant::now();
+                    }
+                }
+            }
+        }
+
+        let disconnect = Packet::Disconnect(Disconnect::default());
+        wbuf.clear();
+        if encode(&disconnect, self.protocol, &mut wbuf).is_ok() {
+            let _ = stream.write_all(&wbuf).await;
+        }
+        let _ = stream.shutdown().await;
+        End::Finished
+    }
+
+    async fn ping(&self, stream: &mut TcpStream, wbuf: &mut BytesMut) -> std::io::Result<()> {
+        wbuf.clear();
+        encode(&Packet::PingReq, self.protocol, wbuf).map_err(std::io::Error::other)?;
+        stream.write_all(wbuf).await?;
+        wbuf.clear();
+        Ok(())
+    }
+}
+
+/// Sleeps until `at`, or forever if there is nothing to wait for.
+async fn sleep_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A TCP connection to `addr`, from `local_ip` if given (worker processes spread over 127.0.0.x so that
+/// more than one address's worth of ephemeral ports is available).
+pub(crate) async fn tcp_connect(
+    addr: SocketAddr,
+    local_ip: Option<std::net::IpAddr>,
+) -> std::io::Result<TcpStream> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    if let Some(ip) = local_ip {
+        socket.bind(SocketAddr::new(ip, 0))?;
+    }
+    let stream = socket.connect(addr).await?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}

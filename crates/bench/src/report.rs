@@ -1,0 +1,263 @@
+//! What a run reports: the progress line, the final table, and the `--json` document.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::fleet::Counters;
+use crate::scenario::{Rate, Scenario, Transport};
+use crate::stats::Latency;
+use crate::verify::VerifyReport;
+
+/// The result of a run; `--json` prints it as is.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub scenario: Scenario,
+    /// The measured window (after warm-up).
+    pub measured: Measured,
+    /// Acknowledgement latency in the measured window.
+    pub latency: LatencySummary,
+    /// Acknowledgement latency over the whole run, warm-up and drain included.
+    pub latency_all: LatencySummary,
+    pub totals: Counters,
+    /// Refusals by code: CONNACK/PUBACK reason codes (`0x87`), HTTP statuses (`0x1F4` = 500).
+    pub refusals: HashMap<String, u64>,
+    pub server: Option<ServerUsage>,
+    pub ts_min_ms: Option<i64>,
+    pub ts_max_ms: Option<i64>,
+    /// One entry per second of the run.
+    pub timeline: Vec<Second>,
+    pub verification: Option<VerifyReport>,
+    pub verify_s: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Measured {
+    pub seconds: f64,
+    pub messages: u64,
+    pub messages_per_s: f64,
+    pub points_per_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+}
+
+impl LatencySummary {
+    pub fn of(l: &Latency) -> LatencySummary {
+        let ms = |us: u64| us as f64 / 1000.0;
+        LatencySummary {
+            count: l.count(),
+            p50_ms: ms(l.quantile_us(0.50)),
+            p95_ms: ms(l.quantile_us(0.95)),
+            p99_ms: ms(l.quantile_us(0.99)),
+            p999_ms: ms(l.quantile_us(0.999)),
+            max_ms: ms(l.max_us()),
+        }
+    }
+}
+
+/// The server's resource use, sampled from /proc once a second (`--server-pid`).
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerUsage {
+    /// Average and peak over the measured window; 100% = one core busy.
+    pub cpu_percent_avg: Option<f64>,
+    pub cpu_percent_max: Option<f64>,
+    /// RSS before the fleet connected, when it had connected, and the peak.
+    pub rss_baseline_bytes: u64,
+    pub rss_at_go_bytes: Option<u64>,
+    pub rss_max_bytes: Option<u64>,
+    /// (RSS when connected − RSS before) / connections.
+    pub rss_per_connection_bytes: Option<f64>,
+}
+
+/// One second of the run, as printed in the progress line.
+#[derive(Debug, Clone, Serialize)]
+pub struct Second {
+    /// Seconds since the run started, and since the load started.
+    pub t_s: f64,
+    pub load_s: Option<f64>,
+    pub sent_per_s: f64,
+    pub acked_per_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    pub counters: Counters,
+    pub server_cpu_percent: Option<f64>,
+    pub server_rss_bytes: Option<u64>,
+}
+
+impl Second {
+    pub fn progress_line(&self, devices: u32) -> String {
+        let c = &self.counters;
+        let mut line = match self.load_s {
+            None => format!("{:>5.0}s connecting", self.t_s),
+            Some(l) => format!("{:>5.0}s load {l:>4.0}s", self.t_s),
+        };
+        let _ = write!(
+            line,
+            " | conn {}/{devices} | sent {} acked {} | {:>9}/s p99 {:>7.2} ms | errors {} refused {} failed {}",
+            c.connected,
+            c.sent,
+            c.acked,
+            thousands(self.acked_per_s),
+            self.p99_ms,
+            c.errors,
+            c.refused,
+            c.connect_failures,
+        );
+        if let (Some(cpu), Some(rss)) = (self.server_cpu_percent, self.server_rss_bytes) {
+            let _ = write!(line, " | server cpu {cpu:.0}% rss {}", mib(rss));
+        }
+        line
+    }
+}
+
+impl Report {
+    /// True if the run measured something and verification (when on) found nothing missing.
+    pub fn ok(&self) -> bool {
+        let verified = self.verification.as_ref().is_none_or(VerifyReport::ok);
+        verified && self.totals.acked > 0
+    }
+
+    /// The final table.
+    pub fn table(&self) -> String {
+        let s = &self.scenario;
+        let mut out = String::new();
+        let rate = match s.rate {
+            Rate::Max => format!("max (window {})", s.window),
+            Rate::PerSecond(r) => format!("{} msg/s", thousands(r)),
+        };
+        let transport = match s.transport {
+            Transport::Mqtt => format!("MQTT {:?} QoS {}", s.mqtt_version, s.qos),
+            Transport::Http => format!("HTTP ({} connections)", s.http_connections),
+        };
+        let _ = writeln!(
+            out,
+            "scenario      {}: {} devices, {}, {}, {}, {:.0}+{:.0} s",
+            s.name, s.devices, s.profile, transport, rate, s.warmup_s, s.duration_s
+        );
+        let _ = writeln!(
+            out,
+            "connections   {} connected, {} failed, {} refused",
+            self.totals
+                .settled
+                .saturating_sub(self.totals.connect_failures + self.totals.refused),
+            self.totals.connect_failures,
+            self.totals.refused
+        );
+        let _ = writeln!(
+            out,
+            "throughput    {} msg/s, {} data points/s ({} messages in {:.0} s)",
+            thousands(self.measured.messages_per_s),
+            thousands(self.measured.points_per_s),
+            self.measured.messages,
+            self.measured.seconds
+        );
+        let l = &self.latency;
+        let _ = writeln!(
+            out,
+            "latency       p50 {:.2} ms, p95 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
+            l.p50_ms, l.p95_ms, l.p99_ms, l.p999_ms, l.max_ms
+        );
+        let _ = writeln!(
+            out,
+            "totals        sent {}, acked {}, errors {}",
+            self.totals.sent, self.totals.acked, self.totals.errors
+        );
+        if !self.refusals.is_empty() {
+            let mut codes: Vec<_> = self.refusals.iter().collect();
+            codes.sort();
+            let list: Vec<String> = codes.iter().map(|(c, n)| format!("{c}: {n}")).collect();
+            let _ = writeln!(out, "refusals      {}", list.join(", "));
+        }
+        if let Some(server) = &self.server {
+            let _ = writeln!(
+                out,
+                "server        cpu avg {} max {}, rss {} before, {} connected, {} peak{}",
+                pct(server.cpu_percent_avg),
+                pct(server.cpu_percent_max),
+                mib(server.rss_baseline_bytes),
+                server.rss_at_go_bytes.map_or("-".into(), mib),
+                server.rss_max_bytes.map_or("-".into(), mib),
+                server
+                    .rss_per_connection_bytes
+                    .map_or(String::new(), |b| format!(
+                        ", {:.2} KB per connection",
+                        b / 1000.0
+                    ))
+            );
+        }
+        match &self.verification {
+            Some(v) => {
+                let _ = writeln!(
+                    out,
+                    "verification  acked {}, stored {}, missing {} ({} devices{}){}",
+                    v.acked_points,
+                    v.stored_points,
+                    v.missing_points,
+                    v.devices,
+                    self.verify_s
+                        .map_or(String::new(), |t| format!(", {t:.1} s")),
+                    if v.ok() { "" } else { "  FAILED" }
+                );
+                for e in v.examples.iter().chain(&v.unknown_devices) {
+                    let _ = writeln!(out, "              {e}");
+                }
+            }
+            None => {
+                let _ = writeln!(out, "verification  off");
+            }
+        }
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "{} msg/s    p99 {:.2} ms",
+            thousands(self.measured.messages_per_s),
+            self.latency.p99_ms
+        );
+        out
+    }
+}
+
+/// 1234567.8 → "1,234,568".
+pub fn thousands(x: f64) -> String {
+    let n = x.round().max(0.0) as u64;
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+fn pct(p: Option<f64>) -> String {
+    p.map_or("-".into(), |p| format!("{p:.0}%"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(thousands(0.0), "0");
+        assert_eq!(thousands(999.4), "999");
+        assert_eq!(thousands(1000.0), "1,000");
+        assert_eq!(thousands(1_234_567.6), "1,234,568");
+    }
+}

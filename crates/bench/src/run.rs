@@ -1,0 +1,612 @@
+//! The driver of a bench run: prepare the server (devices, profile), run the fleet in this process or in
+//! worker processes, print progress every second, merge the results, verify, and build the [`Report`].
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::{mpsc, watch};
+
+use crate::error::{Error, Result};
+use crate::fleet::{self, Counters, Event, Slice, SliceResult, Tick};
+use crate::payload::PayloadGen;
+use crate::report::{LatencySummary, Measured, Report, Second, ServerUsage};
+use crate::rest::Rest;
+use crate::scenario::{Scenario, Transport};
+use crate::stats::{Latency, ProcSampler};
+use crate::verify::{self, Acked};
+
+/// Options of a run that are not part of the workload.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Sample this process's CPU and RSS (the server under test).
+    pub server_pid: Option<u32>,
+    /// Print the progress line every second (to stderr).
+    pub progress: bool,
+    /// Command that starts a worker process (`fleetwire bench --worker`); None = current executable.
+    pub worker_command: Option<Vec<String>>,
+}
+
+/// How the driver tells a slice to start loading.
+enum Go {
+    Local(watch::Sender<Option<Instant>>),
+    Worker(ChildStdin),
+}
+
+/// Runs a scenario end to end and returns its report (the caller prints it and picks the exit code).
+pub async fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report> {
+    scenario.validate()?;
+    let http_addr = server_addr(scenario, scenario.http_port)?;
+    if scenario.create_devices {
+        prepare_devices(scenario, http_addr).await?;
+    }
+
+    let mut sampler = match options.server_pid {
+        Some(pid) => Some(ProcSampler::new(pid)?),
+        None => None,
+    };
+    let rss_baseline = match sampler.as_mut() {
+        Some(s) => Some(s.sample()?.rss_bytes),
+        None => None,
+    };
+
+    let (events_tx, mut events_rx) = mpsc::unbounded_channel::<(usize, Event)>();
+    let slices = split(scenario);
+    let mut gos = Vec::with_capacity(slices.len());
+    let mut children: Vec<Child> = Vec::new();
+    for (i, slice) in slices.iter().enumerate() {
+        if slices.len() == 1 {
+            gos.push(Go::Local(spawn_local(slice.clone(), i, events_tx.clone())));
+        } else {
+            let (child, stdin) = spawn_worker(
+                slice,
+                i,
+                events_tx.clone(),
+                options.worker_command.as_deref(),
+            )
+            .await?;
+            children.push(child);
+            gos.push(Go::Worker(stdin));
+        }
+    }
+    drop(events_tx);
+
+    let mut agg = Aggregator::new(scenario, slices.len());
+    let run_start = Instant::now();
+    let mut ready = 0usize;
+    let mut go_at: Option<Instant> = None;
+    let mut rss_at_go = None;
+    let mut results: Vec<SliceResult> = Vec::new();
+    let mut print = tokio::time::interval(Duration::from_secs(1));
+    print.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    print.tick().await;
+    loop {
+        tokio::select! {
+            event = events_rx.recv() => {
+                let Some((source, event)) = event else { break };
+                match event {
+                    Event::Ready => {
+                        ready += 1;
+                        if ready == gos.len() {
+                            if let Some(s) = sampler.as_mut() {
+                                rss_at_go = Some(s.sample()?.rss_bytes);
+                            }
+                            let now = Instant::now();
+                            go_at = Some(now);
+                            for go in &mut gos {
+                                match go {
+                                    Go::Local(tx) => { let _ = tx.send(Some(now)); }
+                                    Go::Worker(stdin) => {
+                                        stdin.write_all(b"go\n").await
+                                            .map_err(|e| Error::io("starting a worker", e))?;
+                                        stdin.flush().await.map_err(|e| Error::io("starting a worker", e))?;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    Event::Tick(tick) => agg.tick(source, &tick)?,
+                    Event::Done(result) => results.push(result),
+                }
+            }
+            _ = print.tick() => {
+                let server = match sampler.as_mut() {
+                    Some(s) => s.sample().ok(),
+                    None => None,
+                };
+                let second = agg.second(run_start.elapsed(), go_at.map(|g| g.elapsed()), server);
+                if options.progress {
+                    eprintln!("{}", second.progress_line(scenario.devices));
+                }
+            }
+        }
+    }
+    for mut child in children {
+        let status = child
+            .wait()
+            .await
+            .map_err(|e| Error::io("waiting for a worker", e))?;
+        if !status.success() {
+            return Err(Error::Worker(format!("a worker exited with {status}")));
+        }
+    }
+    if results.len() != slices.len() {
+        return Err(Error::Worker(format!(
+            "{} of {} slices reported results",
+            results.len(),
+            slices.len()
+        )));
+    }
+    results.sort_by_key(|r| r.first_slot);
+
+    let mut report = agg.finish(scenario, &results, rss_baseline, rss_at_go);
+    if scenario.verify && report.totals.acked > 0 {
+        if let (Some(start), Some(end)) = (report.ts_min_ms, report.ts_max_ms) {
+            let acked: Vec<Acked> = results
+                .iter()
+                .flat_map(|r| {
+                    r.acked_per_device
+                        .iter()
+                        .enumerate()
+                        .map(move |(i, &messages)| Acked {
+                            name: Scenario::device_name(
+                                scenario.first_index + r.first_slot + i as u32,
+                            ),
+                            messages,
+                        })
+                })
+                .collect();
+            let keys = PayloadGen::new(scenario.profile, scenario.plc_values, 0).keys();
+            if options.progress {
+                eprintln!("verifying {} devices through the REST API ...", acked.len());
+            }
+            let started = Instant::now();
+            let verification = verify::verify(
+                http_addr,
+                &scenario.username,
+                &scenario.password,
+                &acked,
+                &keys,
+                start,
+                end + 1,
+                16,
+            )
+            .await?;
+            report.verify_s = Some(started.elapsed().as_secs_f64());
+            report.verification = Some(verification);
+        }
+    }
+    Ok(report)
+}
+
+/// Creates the profile (with its alarm rule) and the devices, skipping those that exist.
+async fn prepare_devices(scenario: &Scenario, http_addr: SocketAddr) -> Result<()> {
+    let started = Instant::now();
+    let mut rest = Rest::login(http_addr, &scenario.username, &scenario.password).await?;
+    rest.ensure_profile(scenario.profile).await?;
+    let names: Vec<String> = scenario.device_names().collect();
+    let (created, existing) = rest.create_devices(&names, scenario.profile, 16).await?;
+    eprintln!(
+        "devices: {created} created, {existing} already there ({:.1} s)",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Splits the fleet over processes: one slice per `connections_per_process` connections.
+pub fn split(scenario: &Scenario) -> Vec<Slice> {
+    let connections = match scenario.transport {
+        Transport::Mqtt => scenario.devices,
+        Transport::Http => scenario.http_connections.min(scenario.devices),
+    };
+    let processes = connections
+        .div_ceil(scenario.connections_per_process)
+        .max(1);
+    let per = scenario.devices.div_ceil(processes);
+    let loopback = scenario
+        .host
+        .parse::<IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback() && ip.is_ipv4());
+    (0..processes)
+        .map(|p| {
+            let first_slot = p * per;
+            Slice {
+                scenario: scenario.clone(),
+                first_slot,
+                count: per.min(scenario.devices - first_slot),
+                // Each worker its own source address, so no two share an ephemeral port range.
+                local_ip: (processes > 1 && loopback)
+                    .then(|| IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2 + p as u8))),
+            }
+        })
+        .filter(|s| s.count > 0)
+        .collect()
+}
+
+fn spawn_local(
+    slice: Slice,
+    source: usize,
+    events: mpsc::UnboundedSender<(usize, Event)>,
+) -> watch::Sender<Option<Instant>> {
+    let (go_tx, go_rx) = watch::channel(None);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        if let Err(e) = fleet::run_slice(slice, go_rx, tx).await {
+            tracing::error!(error = %e, "slice failed");
+        }
+    });
+    tokio::spawn(async move {
+        while let Some(event) = rx.recv().await {
+            if events.send((source, event)).is_err() {
+                return;
+            }
+        }
+    });
+    go_tx
+}
+
+async fn spawn_worker(
+    slice: &Slice,
+    source: usize,
+    events: mpsc::UnboundedSender<(usize, Event)>,
+    command: Option<&[String]>,
+) -> Result<(Child, ChildStdin)> {
+    let mut cmd = match command {
+        Some([program, args @ ..]) => {
+            let mut c = Command::new(program);
+            c.args(args);
+            c
+        }
+        _ => {
+            let exe =
+                std::env::current_exe().map_err(|e| Error::io("finding the executable", e))?;
+            let mut c = Command::new(exe);
+            c.args(["bench", "--worker"]);
+            c
+        }
+    };
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| Error::io("starting a worker process", e))?;
+    let mut stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| Error::Worker("no stdin".into()))?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| Error::Worker("no stdout".into()))?;
+    let mut line = serde_json::to_vec(slice).map_err(|e| Error::json("encoding a slice", e))?;
+    line.push(b'\n');
+    stdin
+        .write_all(&line)
+        .await
+        .map_err(|e| Error::io("sending a worker its slice", e))?;
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stdout).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            match serde_json::from_str::<Event>(&line) {
+                Ok(event) => {
+                    if events.send((source, event)).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "unreadable line from a worker"),
+            }
+        }
+    });
+    Ok((child, stdin))
+}
+
+/// The worker side: reads its slice and the go line from stdin, writes events as JSON lines to stdout.
+pub async fn worker() -> Result<()> {
+    let mut stdin = BufReader::new(tokio::io::stdin()).lines();
+    let line = stdin
+        .next_line()
+        .await
+        .map_err(|e| Error::io("reading the slice", e))?
+        .ok_or_else(|| Error::Worker("no slice on stdin".into()))?;
+    let slice: Slice =
+        serde_json::from_str(&line).map_err(|e| Error::json("reading the slice", e))?;
+    let (go_tx, go_rx) = watch::channel(None);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let engine = tokio::spawn(fleet::run_slice(slice, go_rx, tx));
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = stdin.next_line().await {
+            if line.trim() == "go" {
+                let _ = go_tx.send(Some(Instant::now()));
+            }
+        }
+        // The driver went away before go: nothing to do but stop.
+    });
+    let mut stdout = tokio::io::stdout();
+    while let Some(event) = rx.recv().await {
+        let mut line =
+            serde_json::to_vec(&event).map_err(|e| Error::json("encoding an event", e))?;
+        line.push(b'\n');
+        stdout
+            .write_all(&line)
+            .await
+            .map_err(|e| Error::io("writing to the driver", e))?;
+        stdout
+            .flush()
+            .await
+            .map_err(|e| Error::io("writing to the driver", e))?;
+    }
+    engine
+        .await
+        .map_err(|e| Error::Worker(format!("engine task: {e}")))?
+}
+
+fn server_addr(scenario: &Scenario, port: u16) -> Result<SocketAddr> {
+    let ip: IpAddr = scenario
+        .host
+        .parse()
+        .map_err(|_| Error::Scenario(format!("host {:?} is not an IP address", scenario.host)))?;
+    Ok(SocketAddr::new(ip, port))
+}
+
+/// Merges the sources' ticks into per-second progress and the measured window.
+struct Aggregator {
+    warmup_ms: u64,
+    end_ms: u64,
+    /// Latest cumulative counters per source.
+    latest: Vec<Counters>,
+    /// Per source: (load ms, acked) at the first tick inside the measured window and the last one.
+    window_first: Vec<Option<(u64, u64)>>,
+    window_last: Vec<Option<(u64, u64)>>,
+    /// Latencies since the last printed second, and of the measured window.
+    interval: Latency,
+    measured: Latency,
+    all: Latency,
+    last_acked: u64,
+    last_sent: u64,
+    last_at: Duration,
+    timeline: Vec<Second>,
+}
+
+impl Aggregator {
+    fn new(scenario: &Scenario, sources: usize) -> Aggregator {
+        Aggregator {
+            warmup_ms: (scenario.warmup_s * 1000.0) as u64,
+            end_ms: ((scenario.warmup_s + scenario.duration_s) * 1000.0) as u64,
+            latest: vec![Counters::default(); sources],
+            window_first: vec![None; sources],
+            window_last: vec![None; sources],
+            interval: Latency::new(),
+            measured: Latency::new(),
+            all: Latency::new(),
+            last_acked: 0,
+            last_sent: 0,
+            last_at: Duration::ZERO,
+            timeline: Vec::new(),
+        }
+    }
+
+    fn tick(&mut self, source: usize, tick: &Tick) -> Result<()> {
+        let latency = Latency::from_base64(&tick.latency)?;
+        self.latest[source] = tick.counters;
+        self.interval.merge(&latency);
+        self.all.merge(&latency);
+        if let Some(ms) = tick.load_ms {
+            // A tick covers the second before it: it is measured if that second is in the window.
+            if ms > self.warmup_ms && ms <= self.end_ms + 500 {
+                self.measured.merge(&latency);
+            }
+            if ms >= self.warmup_ms && ms <= self.end_ms + 500 {
+                let point = (ms, tick.counters.acked);
+                self.window_first[source].get_or_insert(point);
+                self.window_last[source] = Some(point);
+            }
+        }
+        Ok(())
+    }
+
+    fn totals(&self) -> Counters {
+        let mut total = Counters::default();
+        for c in &self.latest {
+            total.add(c);
+        }
+        total
+    }
+
+    fn second(
+        &mut self,
+        elapsed: Duration,
+        load: Option<Duration>,
+        server: Option<crate::stats::ProcSample>,
+    ) -> Second {
+        let total = self.totals();
+        let secs = (elapsed - self.last_at).as_secs_f64().max(1e-3);
+        let second = Second {
+            t_s: elapsed.as_secs_f64(),
+            load_s: load.map(|l| l.as_secs_f64()),
+            sent_per_s: (total.sent - self.last_sent.min(total.sent)) as f64 / secs,
+            acked_per_s: (total.acked - self.last_acked.min(total.acked)) as f64 / secs,
+            p50_ms: self.interval.quantile_us(0.5) as f64 / 1000.0,
+            p99_ms: self.interval.quantile_us(0.99) as f64 / 1000.0,
+            max_ms: self.interval.max_us() as f64 / 1000.0,
+            counters: total,
+            server_cpu_percent: server.as_ref().map(|s| s.cpu_percent),
+            server_rss_bytes: server.as_ref().map(|s| s.rss_bytes),
+        };
+        self.last_sent = total.sent;
+        self.last_acked = total.acked;
+        self.last_at = elapsed;
+        self.interval.reset();
+        self.timeline.push(second.clone());
+        second
+    }
+
+    fn finish(
+        self,
+        scenario: &Scenario,
+        results: &[SliceResult],
+        rss_baseline: Option<u64>,
+        rss_at_go: Option<u64>,
+    ) -> Report {
+        let mut totals = Counters::default();
+        let mut refusals = std::collections::BTreeMap::new();
+        let mut ts_min_ms = None;
+        let mut ts_max_ms = None;
+        for r in results {
+            totals.add(&r.counters);
+            for (code, n) in &r.refusals {
+                *refusals.entry(*code).or_insert(0) += n;
+            }
+            ts_min_ms = fleet::min_opt(ts_min_ms, r.ts_min_ms);
+            ts_max_ms = fleet::max_opt(ts_max_ms, r.ts_max_ms);
+        }
+        // Measured rate: per source, acked between its first and last tick in the window.
+        let mut rate = 0.0;
+        let mut measured_messages = 0;
+        for (first, last) in self.window_first.iter().zip(&self.window_last) {
+            if let (Some((t0, a0)), Some((t1, a1))) = (first, last) {
+                if t1 > t0 {
+                    rate += (a1 - a0) as f64 * 1000.0 / (t1 - t0) as f64;
+                    measured_messages += a1 - a0;
+                }
+            }
+        }
+        let points = PayloadGen::new(scenario.profile, scenario.plc_values, 0).points_per_message();
+        let samples: Vec<&Second> = self
+            .timeline
+            .iter()
+            .filter(|s| {
+                s.load_s.is_some_and(|l| {
+                    l * 1000.0 > self.warmup_ms as f64 && l * 1000.0 <= self.end_ms as f64 + 500.0
+                })
+            })
+            .collect();
+        let cpu: Vec<f64> = samples
+            .iter()
+            .filter_map(|s| s.server_cpu_percent)
+            .collect();
+        let rss_max = self
+            .timeline
+            .iter()
+            .filter_map(|s| s.server_rss_bytes)
+            .max();
+        let server = rss_baseline.map(|baseline| ServerUsage {
+            cpu_percent_avg: (!cpu.is_empty()).then(|| cpu.iter().sum::<f64>() / cpu.len() as f64),
+            cpu_percent_max: cpu
+                .iter()
+                .copied()
+                .fold(None, |m: Option<f64>, c| Some(m.map_or(c, |m| m.max(c)))),
+            rss_baseline_bytes: baseline,
+            rss_at_go_bytes: rss_at_go,
+            rss_max_bytes: rss_max,
+            rss_per_connection_bytes: rss_at_go.and_then(|at_go| {
+                let connections = self.totals_connected_at_go(results);
+                (connections > 0)
+                    .then(|| at_go.saturating_sub(baseline) as f64 / connections as f64)
+            }),
+        });
+        let mut refusal_map = HashMap::new();
+        for (code, n) in refusals {
+            refusal_map.insert(format!("0x{code:02X}"), n);
+        }
+        Report {
+            scenario: scenario.clone(),
+            measured: Measured {
+                seconds: scenario.duration_s,
+                messages: measured_messages,
+                messages_per_s: rate,
+                points_per_s: rate * f64::from(points),
+            },
+            latency: LatencySummary::of(&self.measured),
+            latency_all: LatencySummary::of(&self.all),
+            totals,
+            refusals: refusal_map,
+            server,
+            ts_min_ms,
+            ts_max_ms,
+            timeline: self.timeline,
+            verification: None,
+            verify_s: None,
+        }
+    }
+
+    /// Connections open when the load started: every settled device minus failures and refusals.
+    fn totals_connected_at_go(&self, results: &[SliceResult]) -> u64 {
+        results
+            .iter()
+            .map(|r| {
+                r.counters
+                    .settled
+                    .saturating_sub(r.counters.connect_failures)
+                    .saturating_sub(r.counters.refused)
+            })
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fleets_split_over_processes_with_their_own_source_addresses() {
+        let s = Scenario {
+            devices: 40_000,
+            connections_per_process: 18_000,
+            ..Scenario::default()
+        };
+        let slices = split(&s);
+        assert_eq!(slices.len(), 3);
+        assert_eq!(slices.iter().map(|s| s.count).sum::<u32>(), 40_000);
+        assert_eq!(slices[1].first_slot, slices[0].count);
+        let ips: Vec<_> = slices.iter().map(|s| s.local_ip.unwrap()).collect();
+        assert_eq!(ips[0], IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)));
+        assert_ne!(ips[0], ips[2]);
+        let one = split(&Scenario::default());
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].local_ip, None);
+    }
+
+    #[test]
+    fn aggregator_merges_sources_and_measures_only_the_window() {
+        let s = Scenario {
+            warmup_s: 1.0,
+            duration_s: 2.0,
+            ..Scenario::default()
+        };
+        let mut agg = Aggregator::new(&s, 2);
+        let tick = |ms: Option<u64>, acked: u64, lat_us: &[u64]| {
+            let mut l = Latency::new();
+            for &us in lat_us {
+                l.record(us);
+            }
+            Tick {
+                load_ms: ms,
+                counters: Counters {
+                    acked,
+                    sent: acked,
+                    ..Counters::default()
+                },
+                latency: l.to_base64(),
+            }
+        };
+        for source in 0..2 {
+            agg.tick(source, &tick(None, 0, &[])).unwrap();
+            agg.tick(source, &tick(Some(1000), 100, &[50_000])).unwrap(); // warm-up: not measured
+            agg.tick(source, &tick(Some(2000), 300, &[1_000])).unwrap();
+            agg.tick(source, &tick(Some(3000), 500, &[2_000])).unwrap();
+            agg.tick(source, &tick(Some(9000), 500, &[900_000]))
+                .unwrap(); // drain: not measured
+        }
+        let report = agg.finish(&s, &[], None, None);
+        assert_eq!(report.measured.messages, 800);
+        assert!((report.measured.messages_per_s - 400.0).abs() < 1e-9);
+        assert_eq!(report.latency.count, 4);
+        assert!(report.latency.max_ms < 3.0);
+        assert_eq!(report.latency_all.count, 8);
+    }
+}

@@ -1,0 +1,106 @@
+//! End-to-end tests of `fleetwire bench` against a spawned server: a short run verifies that every
+//! acknowledged point is stored, in one process and split over worker processes, over MQTT and HTTP.
+//! No timing assertions: throughput is measured by benchmarks, not tests.
+
+mod common;
+
+use std::process::Command;
+
+use common::Server;
+use serde_json::Value;
+
+/// Runs `fleetwire bench --json` with `args` against `server` and returns the report and exit status.
+fn bench(server: &Server, args: &[&str]) -> (Value, bool) {
+    let output = Command::new(env!("CARGO_BIN_EXE_fleetwire"))
+        .arg("bench")
+        .args(["--mqtt-port", &server.mqtt_port.to_string()])
+        .args(["--http-port", &server.http_port.to_string()])
+        .arg("--json")
+        .args(args)
+        .output()
+        .expect("run fleetwire bench");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprintln!("{stderr}");
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "bench printed no JSON report ({e}); stdout: {}\nserver log: {}",
+            String::from_utf8_lossy(&output.stdout),
+            server.log_tail()
+        )
+    });
+    (report, output.status.success())
+}
+
+fn assert_verified(report: &Value, devices: u64) {
+    let v = &report["verification"];
+    assert!(v.is_object(), "verification ran: {report}");
+    assert_eq!(v["devices"], devices, "{v}");
+    assert_eq!(v["missing_points"], 0, "{v}");
+    let acked = v["acked_points"].as_u64().unwrap();
+    assert!(acked > 0, "something was acknowledged: {v}");
+    assert!(v["stored_points"].as_u64().unwrap() >= acked, "{v}");
+    // Every acknowledged message is three points (smart-meter), and totals agree with the per-device sum.
+    assert_eq!(acked, 3 * report["totals"]["acked"].as_u64().unwrap(), "{report}");
+}
+
+#[test]
+fn a_five_second_run_of_200_devices_stores_every_acknowledged_point() {
+    let server = Server::start();
+    let (report, ok) = bench(
+        &server,
+        &[
+            "--devices", "200", "--duration-s", "5", "--warmup-s", "1", "--create-devices",
+            "--alarms-per-s", "5",
+        ],
+    );
+    assert!(ok, "bench exit status: {report}");
+    assert_verified(&report, 200);
+    assert_eq!(report["totals"]["connect_failures"], 0);
+    assert_eq!(report["totals"]["refused"], 0);
+    assert!(report["latency"]["count"].as_u64().unwrap() > 0);
+    assert!(report["timeline"].as_array().unwrap().len() >= 5);
+}
+
+#[test]
+fn worker_processes_split_the_fleet_and_their_results_merge() {
+    let server = Server::start();
+    // 150 devices at 60 connections per process: three workers on 127.0.0.2-4, open loop, MQTT 5.
+    let (report, ok) = bench(
+        &server,
+        &[
+            "--devices", "150", "--connections-per-process", "60", "--duration-s", "3",
+            "--warmup-s", "0", "--rate", "600", "--mqtt-version", "5", "--create-devices",
+        ],
+    );
+    assert!(ok, "bench exit status: {report}");
+    assert_verified(&report, 150);
+    // 600 msg/s for 3 s, paced: every device sent messages.
+    assert!(report["totals"]["acked"].as_u64().unwrap() >= 150);
+}
+
+#[test]
+fn http_devices_are_verified_like_mqtt_devices() {
+    let server = Server::start();
+    let (report, ok) = bench(
+        &server,
+        &[
+            "--transport", "http", "--devices", "50", "--http-connections", "8", "--duration-s",
+            "3", "--warmup-s", "0", "--create-devices",
+        ],
+    );
+    assert!(ok, "bench exit status: {report}");
+    assert_verified(&report, 50);
+}
+
+#[test]
+fn unknown_devices_are_refused_and_the_run_fails() {
+    let server = Server::start();
+    // No --create-devices: the server refuses every CONNECT with "not authorized".
+    let (report, ok) = bench(
+        &server,
+        &["--devices", "20", "--first-index", "90000000", "--duration-s", "1", "--warmup-s", "0"],
+    );
+    assert!(!ok, "a run with nothing acknowledged fails: {report}");
+    assert_eq!(report["totals"]["refused"], 20, "{report}");
+    assert_eq!(report["refusals"]["0x05"], 20, "MQTT 3.1.1 CONNACK 5: {report}");
+}
