@@ -34,6 +34,7 @@ pub struct Report {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Measured {
+    /// Seconds between the first and last tick inside the measured window (ticks are 1 s apart).
     pub seconds: f64,
     pub messages: u64,
     pub messages_per_s: f64,
@@ -155,7 +156,7 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "throughput    {} msg/s, {} data points/s ({} messages in {:.0} s)",
+            "throughput    {} msg/s, {} data points/s ({} messages in {:.1} s measured)",
             thousands(self.measured.messages_per_s),
             thousands(self.measured.points_per_s),
             self.measured.messages,

@@ -307,25 +307,39 @@ async fn spawn_worker(
 
 /// The worker side: reads its slice and the go line from stdin, writes events as JSON lines to stdout.
 pub async fn worker() -> Result<()> {
-    let mut stdin = BufReader::new(tokio::io::stdin()).lines();
-    let line = stdin
-        .next_line()
+    // Stdin is read on a plain thread: tokio's stdin runs on the blocking pool, and a read that never
+    // returns (the driver keeps our stdin open) would keep the runtime from shutting down.
+    let (slice_tx, slice_rx) = tokio::sync::oneshot::channel::<String>();
+    let (go_tx, go_rx) = watch::channel(None);
+    std::thread::Builder::new()
+        .name("worker-stdin".into())
+        .spawn(move || {
+            use std::io::BufRead;
+            let mut lines = std::io::stdin().lock().lines();
+            let Some(Ok(slice)) = lines.next() else {
+                return;
+            };
+            if slice_tx.send(slice).is_err() {
+                return;
+            }
+            for line in lines {
+                match line {
+                    Ok(line) if line.trim() == "go" => {
+                        let _ = go_tx.send(Some(Instant::now()));
+                    }
+                    Ok(_) => {}
+                    Err(_) => return,
+                }
+            }
+        })
+        .map_err(|e| Error::io("starting the stdin reader", e))?;
+    let line = slice_rx
         .await
-        .map_err(|e| Error::io("reading the slice", e))?
-        .ok_or_else(|| Error::Worker("no slice on stdin".into()))?;
+        .map_err(|_| Error::Worker("no slice on stdin".into()))?;
     let slice: Slice =
         serde_json::from_str(&line).map_err(|e| Error::json("reading the slice", e))?;
-    let (go_tx, go_rx) = watch::channel(None);
     let (tx, mut rx) = mpsc::unbounded_channel();
     let engine = tokio::spawn(fleet::run_slice(slice, go_rx, tx));
-    tokio::spawn(async move {
-        while let Ok(Some(line)) = stdin.next_line().await {
-            if line.trim() == "go" {
-                let _ = go_tx.send(Some(Instant::now()));
-            }
-        }
-        // The driver went away before go: nothing to do but stop.
-    });
     let mut stdout = tokio::io::stdout();
     while let Some(event) = rx.recv().await {
         let mut line =
@@ -339,6 +353,9 @@ pub async fn worker() -> Result<()> {
             .flush()
             .await
             .map_err(|e| Error::io("writing to the driver", e))?;
+        if matches!(event, Event::Done(_)) {
+            break;
+        }
     }
     engine
         .await
@@ -467,11 +484,13 @@ impl Aggregator {
         // Measured rate: per source, acked between its first and last tick in the window.
         let mut rate = 0.0;
         let mut measured_messages = 0;
+        let mut measured_ms = 0;
         for (first, last) in self.window_first.iter().zip(&self.window_last) {
             if let (Some((t0, a0)), Some((t1, a1))) = (first, last) {
                 if t1 > t0 {
                     rate += (a1 - a0) as f64 * 1000.0 / (t1 - t0) as f64;
                     measured_messages += a1 - a0;
+                    measured_ms = measured_ms.max(t1 - t0);
                 }
             }
         }
@@ -516,7 +535,7 @@ impl Aggregator {
         Report {
             scenario: scenario.clone(),
             measured: Measured {
-                seconds: scenario.duration_s,
+                seconds: measured_ms as f64 / 1000.0,
                 messages: measured_messages,
                 messages_per_s: rate,
                 points_per_s: rate * f64::from(points),

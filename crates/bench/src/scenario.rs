@@ -337,4 +337,23 @@ mod tests {
         };
         assert!(s.validate().is_err());
     }
+
+    #[test]
+    fn every_checked_in_scenario_loads() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/scenarios");
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let s = Scenario::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                names.push(s.name);
+            }
+        }
+        names.sort();
+        assert!(names.contains(&"canonical".to_string()), "{names:?}");
+        assert!(names.contains(&"scenario-a".to_string()), "{names:?}");
+        // The canonical file is the built-in default, so `fleetwire bench` alone runs it.
+        let canonical = Scenario::load(&dir.join("canonical.toml")).unwrap();
+        assert_eq!(canonical, Scenario::default());
+    }
 }

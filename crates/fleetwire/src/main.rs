@@ -34,7 +34,7 @@ enum Command {
         data_dir: Option<PathBuf>,
     },
     /// Load-test a server: device fleets over MQTT or HTTP, latency, verification (see bench/README.md).
-    Bench(fleetwire_bench::cli::BenchArgs),
+    Bench(Box<fleetwire_bench::cli::BenchArgs>),
     /// Load and validate a configuration, then print the effective configuration.
     CheckConfig {
         /// Configuration file (TOML); without it the built-in defaults are checked.
@@ -92,10 +92,12 @@ fn run() -> anyhow::Result<()> {
                 .build()
                 .context("starting the async runtime")?;
             let ok = runtime
-                .block_on(fleetwire_bench::cli::main(args))
+                .block_on(fleetwire_bench::cli::main(*args))
                 .context("bench")?;
             if !ok {
-                anyhow::bail!("the run failed: nothing acknowledged, or acknowledged points are missing");
+                anyhow::bail!(
+                    "the run failed: nothing acknowledged, or acknowledged points are missing"
+                );
             }
             Ok(())
         }

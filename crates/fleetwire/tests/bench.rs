@@ -40,7 +40,11 @@ fn assert_verified(report: &Value, devices: u64) {
     assert!(acked > 0, "something was acknowledged: {v}");
     assert!(v["stored_points"].as_u64().unwrap() >= acked, "{v}");
     // Every acknowledged message is three points (smart-meter), and totals agree with the per-device sum.
-    assert_eq!(acked, 3 * report["totals"]["acked"].as_u64().unwrap(), "{report}");
+    assert_eq!(
+        acked,
+        3 * report["totals"]["acked"].as_u64().unwrap(),
+        "{report}"
+    );
 }
 
 #[test]
@@ -49,8 +53,15 @@ fn a_five_second_run_of_200_devices_stores_every_acknowledged_point() {
     let (report, ok) = bench(
         &server,
         &[
-            "--devices", "200", "--duration-s", "5", "--warmup-s", "1", "--create-devices",
-            "--alarms-per-s", "5",
+            "--devices",
+            "200",
+            "--duration-s",
+            "5",
+            "--warmup-s",
+            "1",
+            "--create-devices",
+            "--alarms-per-s",
+            "5",
         ],
     );
     assert!(ok, "bench exit status: {report}");
@@ -68,8 +79,19 @@ fn worker_processes_split_the_fleet_and_their_results_merge() {
     let (report, ok) = bench(
         &server,
         &[
-            "--devices", "150", "--connections-per-process", "60", "--duration-s", "3",
-            "--warmup-s", "0", "--rate", "600", "--mqtt-version", "5", "--create-devices",
+            "--devices",
+            "150",
+            "--connections-per-process",
+            "60",
+            "--duration-s",
+            "3",
+            "--warmup-s",
+            "0",
+            "--rate",
+            "600",
+            "--mqtt-version",
+            "5",
+            "--create-devices",
         ],
     );
     assert!(ok, "bench exit status: {report}");
@@ -84,8 +106,17 @@ fn http_devices_are_verified_like_mqtt_devices() {
     let (report, ok) = bench(
         &server,
         &[
-            "--transport", "http", "--devices", "50", "--http-connections", "8", "--duration-s",
-            "3", "--warmup-s", "0", "--create-devices",
+            "--transport",
+            "http",
+            "--devices",
+            "50",
+            "--http-connections",
+            "8",
+            "--duration-s",
+            "3",
+            "--warmup-s",
+            "0",
+            "--create-devices",
         ],
     );
     assert!(ok, "bench exit status: {report}");
@@ -98,9 +129,21 @@ fn unknown_devices_are_refused_and_the_run_fails() {
     // No --create-devices: the server refuses every CONNECT with "not authorized".
     let (report, ok) = bench(
         &server,
-        &["--devices", "20", "--first-index", "90000000", "--duration-s", "1", "--warmup-s", "0"],
+        &[
+            "--devices",
+            "20",
+            "--first-index",
+            "90000000",
+            "--duration-s",
+            "1",
+            "--warmup-s",
+            "0",
+        ],
     );
     assert!(!ok, "a run with nothing acknowledged fails: {report}");
     assert_eq!(report["totals"]["refused"], 20, "{report}");
-    assert_eq!(report["refusals"]["0x05"], 20, "MQTT 3.1.1 CONNACK 5: {report}");
+    assert_eq!(
+        report["refusals"]["0x05"], 20,
+        "MQTT 3.1.1 CONNACK 5: {report}"
+    );
 }

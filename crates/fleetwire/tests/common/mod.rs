@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 pub use http::HttpResponse;
+#[allow(unused_imports)]
 pub use mqtt::{Event, MqttClient};
 
 /// The access token of the device `FLEETWIRE_DEMO=true` creates.

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Side by side, in one run: the same workload against the null server (the box's limit), mosquitto
+# (routes only, persistence off) and Fleetwire (stores everything, fsync'd), RUNS times each, interleaved,
+# then the medians and the ratios.
+#
+#   bench/compare.sh [--runs N] [--out DIR] [-- fleetwire bench flags]
+#
+# Without flags it runs the canonical workload (10k smart meters, QoS 1, max rate, 30 s) 3 times.
+# Fleetwire gets a fresh data directory each run. Results: DIR/*.json (one `fleetwire bench --json`
+# report per run) and DIR/summary.json; the table is printed.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+RUNS=3
+OUT="$ROOT/target/bench/compare-$(date +%Y%m%d-%H%M%S)"
+ARGS=()
+while (($#)); do
+  case "$1" in
+    --runs) RUNS="$2"; shift 2 ;;
+    --out) OUT="$2"; shift 2 ;;
+    --) shift; ARGS=("$@"); break ;;
+    *) echo "usage: $0 [--runs N] [--out DIR] [-- bench flags]" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$OUT"
+ensure_binary
+WORK="$(mktemp -d)"
+cleanup() {
+  for pid in ${NULL_PID:-} ${MOSQ_PID:-} ${FW_PID:-}; do stop_pid "$pid"; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+bench() { # name run port pid extra...
+  local name=$1 run=$2 port=$3 pid=$4
+  shift 4
+  echo "== $name, run $run" >&2
+  "$FLEETWIRE" bench --mqtt-port "$port" --server-pid "$pid" --json "$@" ${ARGS[@]+"${ARGS[@]}"} \
+    >"$OUT/$name-$run.json" 2> >(grep -v '^ *[0-9]*s ' >&2) || {
+    echo "$name run $run failed" >&2
+    return 1
+  }
+}
+
+for run in $(seq 1 "$RUNS"); do
+  port=$(free_port)
+  start_null "$port" "$WORK/null.log"
+  bench null "$run" "$port" "$NULL_PID" --no-verify
+  stop_pid "$NULL_PID"; NULL_PID=
+
+  port=$(free_port)
+  start_mosquitto "$port" "$WORK"
+  bench mosquitto "$run" "$port" "$MOSQ_PID" --no-verify
+  stop_pid "$MOSQ_PID"; MOSQ_PID=
+
+  mqtt=$(free_port); http=$(free_port)
+  rm -rf "$WORK/data"
+  start_fleetwire "$WORK/data" "$mqtt" "$http" "$WORK/fleetwire.log"
+  bench fleetwire "$run" "$mqtt" "$FW_PID" --http-port "$http" --create-devices
+  stop_pid "$FW_PID"; FW_PID=
+done
+
+python3 - "$OUT" "$RUNS" <<'PY'
+import json, statistics, sys
+out, runs = sys.argv[1], int(sys.argv[2])
+rows = {}
+for name in ("null", "mosquitto", "fleetwire"):
+    reports = [json.load(open(f"{out}/{name}-{r}.json")) for r in range(1, runs + 1)]
+    rate = statistics.median(r["measured"]["messages_per_s"] for r in reports)
+    p99 = statistics.median(r["latency"]["p99_ms"] for r in reports)
+    cpu = [r["server"]["cpu_percent_avg"] for r in reports if r.get("server") and r["server"]["cpu_percent_avg"] is not None]
+    missing = sum((r.get("verification") or {}).get("missing_points", 0) for r in reports)
+    rows[name] = {"messages_per_s": rate, "p99_ms": p99, "runs": [r["measured"]["messages_per_s"] for r in reports],
+                  "server_cpu_percent": statistics.median(cpu) if cpu else None, "missing_points": missing}
+ratios = {
+    "fleetwire/null": rows["fleetwire"]["messages_per_s"] / rows["null"]["messages_per_s"],
+    "mosquitto/null": rows["mosquitto"]["messages_per_s"] / rows["null"]["messages_per_s"],
+    "fleetwire/mosquitto": rows["fleetwire"]["messages_per_s"] / rows["mosquitto"]["messages_per_s"],
+}
+json.dump({"rows": rows, "ratios": ratios}, open(f"{out}/summary.json", "w"), indent=2)
+print(f"\n| server | msg/s (median of {runs}) | runs | PUBACK p99 | server CPU | missing |")
+print("|---|---|---|---|---|---|")
+for name, r in rows.items():
+    cpu = "-" if r["server_cpu_percent"] is None else f"{r['server_cpu_percent']:.0f}%"
+    miss = "-" if name != "fleetwire" else str(r["missing_points"])
+    runs_s = ", ".join(f"{x:,.0f}" for x in r["runs"])
+    print(f"| {name} | {r['messages_per_s']:,.0f} | {runs_s} | {r['p99_ms']:.1f} ms | {cpu} | {miss} |")
+print()
+for k, v in ratios.items():
+    print(f"{k}: {v:.2f}")
+print(f"\nreports: {out}")
+PY

@@ -1,0 +1,86 @@
+# Shared by the bench scripts: the binary, free ports, and starting/stopping the servers under test.
+# Sourced, not run.
+
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+FLEETWIRE="${FLEETWIRE:-$ROOT/target/release/fleetwire}"
+
+# The release binary (the one benchmarks measure), built if it is missing.
+ensure_binary() {
+  if [[ ! -x "$FLEETWIRE" ]]; then
+    echo "building the release binary ..." >&2
+    (cd "$ROOT" && cargo build --release -p fleetwire >&2)
+  fi
+}
+
+# A TCP port below the ephemeral range (32768-60999), so a fleet's outgoing connections never hold it.
+free_port() {
+  python3 - "$@" <<'PY'
+import random, socket
+for _ in range(200):
+    p = random.randint(10000, 30000)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p)); s.close(); print(p); break
+    except OSError:
+        s.close()
+PY
+}
+
+wait_tcp() { # host port seconds
+  local deadline=$((SECONDS + $3))
+  until (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; do
+    if ((SECONDS > deadline)); then echo "nothing listens on $1:$2" >&2; return 1; fi
+    sleep 0.2
+  done
+}
+
+# start_fleetwire DATA_DIR MQTT_PORT HTTP_PORT LOG: starts `fleetwire serve --demo`, sets FW_PID.
+start_fleetwire() {
+  FLEETWIRE_MQTT_PORT="$2" FLEETWIRE_HTTP_PORT="$3" FLEETWIRE_BIND=127.0.0.1 \
+    "$FLEETWIRE" serve --demo --data-dir "$1" >"$4" 2>&1 &
+  FW_PID=$!
+  local deadline=$((SECONDS + 60))
+  until curl -sf "http://127.0.0.1:$3/healthz" >/dev/null 2>&1; do
+    if ! kill -0 "$FW_PID" 2>/dev/null; then echo "fleetwire did not start:" >&2; tail -5 "$4" >&2; return 1; fi
+    if ((SECONDS > deadline)); then echo "fleetwire did not become healthy" >&2; return 1; fi
+    sleep 0.2
+  done
+}
+
+# Stops a server gracefully (SIGTERM) and waits for it.
+stop_pid() {
+  kill -TERM "$1" 2>/dev/null || true
+  for _ in $(seq 1 300); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
+  kill -KILL "$1" 2>/dev/null || true
+}
+
+# start_null PORT LOG: the null server, sets NULL_PID.
+start_null() {
+  "$FLEETWIRE" bench null-server --bind "127.0.0.1:$1" >"$2" 2>&1 &
+  NULL_PID=$!
+  wait_tcp 127.0.0.1 "$1" 10
+}
+
+# start_mosquitto PORT DIR: mosquitto 2 with persistence off (it routes, it does not store), sets MOSQ_PID.
+start_mosquitto() {
+  if ! command -v mosquitto >/dev/null; then
+    echo "installing mosquitto (apt) ..." >&2
+    apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto >&2
+  fi
+  local mosquitto
+  mosquitto="$(command -v mosquitto || echo /usr/sbin/mosquitto)"
+  cat >"$2/mosquitto.conf" <<CONF
+listener $1 127.0.0.1
+allow_anonymous true
+persistence false
+max_inflight_messages 0
+max_queued_messages 1000
+log_dest stderr
+log_type error
+CONF
+  "$mosquitto" -c "$2/mosquitto.conf" >"$2/mosquitto.log" 2>&1 &
+  MOSQ_PID=$!
+  wait_tcp 127.0.0.1 "$1" 10
+}
