@@ -40,6 +40,11 @@ impl Head {
         }
     }
 
+    /// The newest timestamp held.
+    pub(crate) fn last_ts(&self) -> Option<i64> {
+        self.points.ts().last().copied()
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.points.len()
     }

@@ -43,6 +43,15 @@ impl SeriesState {
         }
     }
 
+    /// Whether the latest value is the newest point of the head, so that replaying the ingest log
+    /// after a crash restores it without it being stored.
+    pub(crate) fn latest_in_head(&self) -> bool {
+        match (&self.latest, self.head.last_ts()) {
+            (Some((latest_ts, _)), Some(head_ts)) => *latest_ts == head_ts,
+            _ => false,
+        }
+    }
+
     /// Updates the latest value with a written point.
     pub(crate) fn observe(&mut self, ts: i64, value: &Value) {
         let newer = match &self.latest {

@@ -319,6 +319,11 @@ impl Tsdb {
     /// Makes everything sealed so far durable: writes the changed latest values, then fsyncs
     /// fjall's journal. Head data is NOT made durable (seal first); after a crash the server
     /// replays its ingest log from `min_unsealed_source` to rebuild the heads.
+    ///
+    /// A latest value that is the newest point of its series' head is not written: replaying the
+    /// log restores it with the head, and it is written once the head seals. In steady state that
+    /// is almost every series, so a persist writes only the series that sealed since the last one
+    /// instead of every series that received data (measured: 7-14% of the server's CPU).
     pub fn persist(&self) -> Result<()> {
         let _persisting = self.persist_lock.lock();
         self.store.check_writable()?;
@@ -333,7 +338,7 @@ impl Tsdb {
         for shard in self.shards.iter() {
             let mut shard = shard.lock();
             for state in shard.all_series_mut() {
-                if state.latest_dirty {
+                if state.latest_dirty && !state.latest_in_head() {
                     if let Some((ts, value)) = &state.latest {
                         latest.push((state.id, crate::latest::encode(*ts, value)));
                     }
