@@ -60,6 +60,7 @@ mod reader;
 mod recovery;
 pub mod segment;
 mod stats;
+mod sync_pool;
 mod writer;
 
 pub use crate::config::{Durability, LogConfig};

@@ -9,6 +9,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::{LogError, Result};
 
@@ -85,7 +86,7 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
 pub struct ActiveSegment {
     pub base: u64,
     pub path: PathBuf,
-    file: File,
+    file: Arc<File>,
     /// Bytes in the file, header included: where the next frame goes.
     len_bytes: u64,
 }
@@ -106,7 +107,7 @@ impl ActiveSegment {
         Ok(Self {
             base,
             path,
-            file,
+            file: Arc::new(file),
             len_bytes: SEGMENT_HEADER_BYTES,
         })
     }
@@ -118,7 +119,7 @@ impl ActiveSegment {
         Ok(Self {
             base,
             path,
-            file,
+            file: Arc::new(file),
             len_bytes,
         })
     }
@@ -147,6 +148,11 @@ impl ActiveSegment {
     }
 
     /// `fdatasync`: the written frames (and the file size) reach the disk.
+    /// The file and its path, for a sync on another thread.
+    pub(crate) fn sync_job(&self) -> crate::sync_pool::SyncJob {
+        (Arc::clone(&self.file), self.path.clone())
+    }
+
     pub fn sync(&self) -> io::Result<()> {
         self.file.sync_data()
     }

@@ -24,6 +24,7 @@ use crate::frame::{self, FRAME_HEADER_BYTES};
 use crate::partition::PartitionState;
 use crate::segment::ActiveSegment;
 use crate::stats::{CommitCounters, LogStats};
+use crate::sync_pool::{SyncJob, SyncPool};
 
 /// Called by the writer thread with the new durable sequence number after every commit, and once
 /// with the unchanged one when the log becomes poisoned. Runs on the writer thread, so it must be
@@ -298,6 +299,7 @@ pub(crate) fn run(shared: Arc<Shared>, actives: Vec<ActiveSegment>) {
 fn run_loop(shared: &Shared, mut actives: Vec<ActiveSegment>) {
     let delay = Duration::from_micros(shared.config.group_commit_max_delay_us);
     let mut batch: Vec<Vec<u8>> = (0..actives.len()).map(|_| Vec::new()).collect();
+    let mut sync_pool = SyncPool::new();
     // Every sequence number up to the queue's last one has its frame in the queue or in an
     // earlier batch, so a batch holds exactly the records after the previous batch's last seq.
     let mut previous_last_seq = 0;
@@ -334,7 +336,7 @@ fn run_loop(shared: &Shared, mut actives: Vec<ActiveSegment>) {
         };
 
         let started = Instant::now();
-        match commit(shared, &mut actives, &batch) {
+        match commit(shared, &mut actives, &batch, &mut sync_pool) {
             Ok(fsyncs) => {
                 for (p, frames) in batch.iter().enumerate() {
                     if !frames.is_empty() {
@@ -384,6 +386,7 @@ fn commit(
     shared: &Shared,
     actives: &mut [ActiveSegment],
     batch: &[Vec<u8>],
+    sync_pool: &mut SyncPool,
 ) -> Result<u64, String> {
     let mut fsyncs = 0;
     for (p, frames) in batch.iter().enumerate() {
@@ -400,45 +403,17 @@ fn commit(
         if shared.fault.lock().take_if(|f| *f == Fault::Sync).is_some() {
             return Err("injected fsync failure".to_string());
         }
-        let dirty: Vec<&ActiveSegment> = actives
+        let dirty: Vec<SyncJob> = actives
             .iter()
             .zip(batch)
             .filter(|(_, frames)| !frames.is_empty())
-            .map(|(active, _)| active)
+            .map(|(active, _)| active.sync_job())
             .collect();
-        sync_concurrently(&dirty)?;
         fsyncs += dirty.len() as u64;
+        // All at once: the device (and ext4's journal) serves several flushes for about one.
+        sync_pool.sync_all(dirty)?;
     }
     Ok(fsyncs)
-}
-
-/// `fdatasync`s the segments at the same time: the device (and ext4's journal) can serve several
-/// flushes for the price of about one, where one after another the commit would take the sum.
-/// Spawning scoped threads costs tens of microseconds against fsyncs of 0.15 ms and more.
-fn sync_concurrently(segments: &[&ActiveSegment]) -> Result<(), String> {
-    let sync = |segment: &ActiveSegment| {
-        segment
-            .sync()
-            .map_err(|e| format!("fdatasync {}: {e}", segment.path.display()))
-    };
-    let Some((first, rest)) = segments.split_first() else {
-        return Ok(());
-    };
-    std::thread::scope(|scope| {
-        let others: Vec<_> = rest
-            .iter()
-            .map(|segment| scope.spawn(|| sync(segment)))
-            .collect();
-        let mut result = sync(first);
-        for other in others {
-            let outcome = other
-                .join()
-                .unwrap_or_else(|_| Err("fdatasync thread panicked".to_string()));
-            // Keep the first failure; every sync still runs to completion before we return.
-            result = result.and(outcome);
-        }
-        result
-    })
 }
 
 /// Writes one partition's frames, rolling to new segments as they fill. Returns the fsyncs spent
