@@ -119,6 +119,9 @@ pub struct RunArgs {
     /// Create the devices and their profile through the REST API first (existing ones are kept).
     #[arg(long)]
     pub create_devices: bool,
+    /// Only create the devices and their profile (implies --create-devices), then exit.
+    #[arg(long)]
+    pub prepare_only: bool,
     /// Skip the acked-vs-stored verification (for servers that do not store, like mosquitto).
     #[arg(long)]
     pub no_verify: bool,
@@ -243,6 +246,11 @@ pub async fn main(args: BenchArgs) -> Result<bool> {
         }
         None if args.run.worker => {
             run::worker().await?;
+            Ok(true)
+        }
+        None if args.run.prepare_only => {
+            let scenario = args.run.scenario()?;
+            run::prepare_devices(&scenario).await?;
             Ok(true)
         }
         None => {

@@ -41,7 +41,7 @@ pub async fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report> {
     scenario.validate()?;
     let http_addr = server_addr(scenario, scenario.http_port)?;
     if scenario.create_devices {
-        prepare_devices(scenario, http_addr).await?;
+        prepare_devices(scenario).await?;
     }
 
     let mut sampler = match options.server_pid {
@@ -183,7 +183,8 @@ pub async fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report> {
 }
 
 /// Creates the profile (with its alarm rule) and the devices, skipping those that exist.
-async fn prepare_devices(scenario: &Scenario, http_addr: SocketAddr) -> Result<()> {
+pub async fn prepare_devices(scenario: &Scenario) -> Result<()> {
+    let http_addr = server_addr(scenario, scenario.http_port)?;
     let started = Instant::now();
     let mut rest = Rest::login(http_addr, &scenario.username, &scenario.password).await?;
     rest.ensure_profile(scenario.profile).await?;
