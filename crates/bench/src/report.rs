@@ -122,10 +122,17 @@ impl Second {
 }
 
 impl Report {
-    /// True if the run measured something and verification (when on) found nothing missing.
+    /// True if verification (when on) found nothing missing and the run did what it set out to: a run
+    /// that offers load must get something acknowledged, an idle run (rate 0) must connect its devices.
     pub fn ok(&self) -> bool {
         let verified = self.verification.as_ref().is_none_or(VerifyReport::ok);
-        verified && self.totals.acked > 0
+        let idle = self.scenario.rate == Rate::PerSecond(0.0);
+        let worked = if idle {
+            self.totals.connect_failures == 0 && self.totals.refused == 0
+        } else {
+            self.totals.acked > 0
+        };
+        verified && worked
     }
 
     /// The final table.
