@@ -20,7 +20,7 @@ run_bench() { # name [flags]: one run against $MQTT/$HTTP, JSON to $OUT/name.jso
   local name=$1; shift
   echo "== $name" >&2
   "$FLEETWIRE" bench --mqtt-port "$MQTT" --http-port "$HTTP" --server-pid "$FW_PID" --json "$@" \
-    >"$OUT/$name.json" 2> >(grep -v '^ *[0-9]*s ' >&2)
+    >"$OUT/$name.json" 2> >(grep -v '^ *[0-9]*s ' >&2) || echo "$name: the run failed (see its JSON)" >&2
 }
 
 "$ROOT/bench/compare.sh" --runs 3 --out "$OUT/compare"

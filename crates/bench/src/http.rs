@@ -13,7 +13,6 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE, HOST};
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
-use tokio::net::{TcpSocket, TcpStream};
 
 use crate::error::{Error, Result};
 
@@ -160,7 +159,7 @@ enum Attempt {
 /// closes the connection.
 async fn open(addr: SocketAddr, local_ip: Option<IpAddr>) -> Result<SendRequest<Full<Bytes>>> {
     let context = || format!("connecting to {addr}");
-    let stream = tokio::time::timeout(CONNECT_TIMEOUT, tcp_connect(addr, local_ip))
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, crate::fleet::tcp_connect(addr, local_ip))
         .await
         .map_err(|_| {
             Error::io(
@@ -189,23 +188,12 @@ async fn open(addr: SocketAddr, local_ip: Option<IpAddr>) -> Result<SendRequest<
     Ok(sender)
 }
 
-async fn tcp_connect(addr: SocketAddr, local_ip: Option<IpAddr>) -> std::io::Result<TcpStream> {
-    let Some(ip) = local_ip else {
-        return TcpStream::connect(addr).await;
-    };
-    let socket = match ip {
-        IpAddr::V4(_) => TcpSocket::new_v4()?,
-        IpAddr::V6(_) => TcpSocket::new_v6()?,
-    };
-    socket.bind(SocketAddr::new(ip, 0))?;
-    socket.connect(addr).await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
+    use tokio::net::TcpStream;
 
     /// Reads one request head (and a body of `Content-Length` bytes); returns the head.
     async fn read_request(stream: &mut TcpStream) -> Option<String> {

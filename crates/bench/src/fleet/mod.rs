@@ -7,6 +7,8 @@
 mod http;
 mod mqtt;
 
+pub(crate) use mqtt::tcp_connect;
+
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -420,9 +420,32 @@ pub(crate) async fn tcp_connect(
         TcpSocket::new_v6()?
     };
     if let Some(ip) = local_ip {
+        bind_address_no_port(&socket);
         socket.bind(SocketAddr::new(ip, 0))?;
     }
     let stream = socket.connect(addr).await?;
     stream.set_nodelay(true)?;
     Ok(stream)
+}
+
+/// Defers the choice of the local port from `bind` to `connect` (Linux `IP_BIND_ADDRESS_NO_PORT`). A
+/// socket bound to an address with port 0 otherwise gets a port that is free for *every* destination,
+/// so the previous run's connections in TIME_WAIT (one per device) exhaust the ~28k ephemeral ports of a
+/// source address after a run or two; deferred, a port only has to be unused towards this server.
+fn bind_address_no_port(socket: &TcpSocket) {
+    use std::os::fd::AsRawFd;
+    let on: libc::c_int = 1;
+    // SAFETY: the fd is a live socket owned by `socket`; the option value is a c_int of the given size.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "IP_BIND_ADDRESS_NO_PORT not set");
+    }
 }
