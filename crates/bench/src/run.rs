@@ -387,7 +387,22 @@ struct Aggregator {
     last_acked: u64,
     last_sent: u64,
     last_at: Duration,
+    /// The live progress lines (the aggregator's own clock; a late tick shows as a dip and a spike).
     timeline: Vec<Second>,
+    /// The report's timeline: per load second, what the sources' ticks say happened in it, each tick's
+    /// deltas divided by its own interval, so a tick delivered late does not distort the rate.
+    seconds: std::collections::BTreeMap<u64, SecondBucket>,
+    /// Per source: (load ms, sent, acked) of its previous tick.
+    last_tick: Vec<Option<(u64, u64, u64)>>,
+}
+
+/// One load second of the report's timeline.
+#[derive(Default)]
+struct SecondBucket {
+    /// Per source: (sent, acked, ms covered) in this second.
+    sources: HashMap<usize, (u64, u64, u64)>,
+    latency: Latency,
+    server: Option<crate::stats::ProcSample>,
 }
 
 impl Aggregator {
@@ -405,12 +420,24 @@ impl Aggregator {
             last_sent: 0,
             last_at: Duration::ZERO,
             timeline: Vec::new(),
+            seconds: std::collections::BTreeMap::new(),
+            last_tick: vec![None; sources],
         }
     }
 
     fn tick(&mut self, source: usize, tick: &Tick) -> Result<()> {
         let latency = Latency::from_base64(&tick.latency)?;
         self.latest[source] = tick.counters;
+        let c = &tick.counters;
+        let previous = self.last_tick[source].replace((tick.load_ms.unwrap_or(0), c.sent, c.acked));
+        if let (Some(ms), Some((prev_ms, prev_sent, prev_acked))) = (tick.load_ms, previous) {
+            let bucket = self.seconds.entry(ms.div_ceil(1000).max(1)).or_default();
+            let entry = bucket.sources.entry(source).or_default();
+            entry.0 += c.sent.saturating_sub(prev_sent);
+            entry.1 += c.acked.saturating_sub(prev_acked);
+            entry.2 += ms.saturating_sub(prev_ms);
+            bucket.latency.merge(&latency);
+        }
         self.interval.merge(&latency);
         self.all.merge(&latency);
         if let Some(ms) = tick.load_ms {
@@ -455,6 +482,10 @@ impl Aggregator {
             server_cpu_percent: server.as_ref().map(|s| s.cpu_percent),
             server_rss_bytes: server.as_ref().map(|s| s.rss_bytes),
         };
+        if let (Some(load), Some(sample)) = (load, server) {
+            let second = (load.as_millis() as u64).div_ceil(1000).max(1);
+            self.seconds.entry(second).or_default().server = Some(sample);
+        }
         self.last_sent = total.sent;
         self.last_acked = total.acked;
         self.last_at = elapsed;
@@ -548,10 +579,42 @@ impl Aggregator {
             server,
             ts_min_ms,
             ts_max_ms,
-            timeline: self.timeline,
+            timeline: self.report_timeline(),
             verification: None,
             verify_s: None,
         }
+    }
+
+    /// Per load second: rates from the ticks' own intervals, latency of the ticks that ended in it.
+    fn report_timeline(&self) -> Vec<Second> {
+        let mut counters = Counters::default();
+        self.seconds
+            .iter()
+            .map(|(&second, b)| {
+                let mut sent_per_s = 0.0;
+                let mut acked_per_s = 0.0;
+                for &(sent, acked, ms) in b.sources.values() {
+                    counters.sent += sent;
+                    counters.acked += acked;
+                    if ms > 0 {
+                        sent_per_s += sent as f64 * 1000.0 / ms as f64;
+                        acked_per_s += acked as f64 * 1000.0 / ms as f64;
+                    }
+                }
+                Second {
+                    t_s: second as f64,
+                    load_s: Some(second as f64),
+                    sent_per_s,
+                    acked_per_s,
+                    p50_ms: b.latency.quantile_us(0.5) as f64 / 1000.0,
+                    p99_ms: b.latency.quantile_us(0.99) as f64 / 1000.0,
+                    max_ms: b.latency.max_us() as f64 / 1000.0,
+                    counters,
+                    server_cpu_percent: b.server.as_ref().map(|s| s.cpu_percent),
+                    server_rss_bytes: b.server.as_ref().map(|s| s.rss_bytes),
+                }
+            })
+            .collect()
     }
 
     /// Connections open when the load started: every settled device minus failures and refusals.
@@ -628,5 +691,33 @@ mod tests {
         assert_eq!(report.latency.count, 4);
         assert!(report.latency.max_ms < 3.0);
         assert_eq!(report.latency_all.count, 8);
+    }
+
+    #[test]
+    fn the_report_timeline_divides_each_ticks_delta_by_its_own_interval() {
+        let s = Scenario::default();
+        let mut agg = Aggregator::new(&s, 1);
+        let tick = |ms: Option<u64>, acked: u64| Tick {
+            load_ms: ms,
+            counters: Counters {
+                acked,
+                sent: acked,
+                ..Counters::default()
+            },
+            latency: Latency::new().to_base64(),
+        };
+        agg.tick(0, &tick(None, 0)).unwrap();
+        agg.tick(0, &tick(Some(1000), 100)).unwrap();
+        agg.tick(0, &tick(Some(2000), 300)).unwrap();
+        // A late tick: 1.5 s after the previous one. Its 300 messages are 200/s, not a 300/s spike
+        // followed by an empty second.
+        agg.tick(0, &tick(Some(3500), 600)).unwrap();
+        let timeline = agg.report_timeline();
+        let rates: Vec<(f64, f64)> = timeline
+            .iter()
+            .map(|s| (s.load_s.unwrap(), s.acked_per_s))
+            .collect();
+        assert_eq!(rates, vec![(1.0, 100.0), (2.0, 200.0), (4.0, 200.0)]);
+        assert_eq!(timeline.last().unwrap().counters.acked, 600);
     }
 }
