@@ -25,9 +25,10 @@ start_fleetwire "$DATA" "$mqtt" "$http" "$OUT/server.log"
 "$FLEETWIRE" bench --scenario "$ROOT/bench/scenarios/disk-100m.toml" --mqtt-port "$mqtt" --http-port "$http" \
   --create-devices --server-pid "$FW_PID" --json ${ARGS[@]+"${ARGS[@]}"} >"$OUT/report.json" \
   2> >(grep -v '^ *[0-9]*s ' >&2)
-du -sb "$DATA"/* >"$OUT/du-running.txt"
+du -s --block-size=1 "$DATA"/* >"$OUT/du-running.txt"
 stop_pid "$FW_PID"; FW_PID=
-du -sb "$DATA"/* >"$OUT/du-stopped.txt"
+du -s --block-size=1 "$DATA"/* >"$OUT/du-stopped.txt"
+du -s --block-size=1 "$DATA"/tsdb/* "$DATA"/log >"$OUT/du-stopped-detail.txt"
 
 python3 - "$OUT" <<'PY'
 import json, sys

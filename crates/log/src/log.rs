@@ -332,6 +332,56 @@ mod tests {
         records
     }
 
+    fn segment_files(dir: &std::path::Path, partition: u32) -> usize {
+        std::fs::read_dir(dir.join(format!("p{partition}")))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".seg")
+            })
+            .count()
+    }
+
+    #[test]
+    fn a_clean_stop_releases_segments_whose_records_are_all_checkpointed() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(config(dir.path())).unwrap();
+        let mut last = 0;
+        for i in 0..100u32 {
+            last = log.append(i % 2, &[7u8; 100]).unwrap();
+        }
+        log.wait_durable(last, TIMEOUT).unwrap();
+        // Partition 0 is consumed to its end; partition 1 only halfway.
+        let end0 = log.end_offset(0).unwrap();
+        log.checkpoint(0, end0).unwrap();
+        let mut reader = log.reader(1, 0).unwrap();
+        for _ in 0..25 {
+            reader.next_record().unwrap().unwrap();
+        }
+        let half1 = reader.next_record().unwrap().unwrap().offset;
+        log.checkpoint(1, half1).unwrap();
+        log.close().unwrap();
+
+        // Partition 0 keeps only a fresh, empty segment; partition 1 keeps its records.
+        assert_eq!(segment_files(dir.path(), 0), 1);
+        let empty = crate::segment::segment_path(&dir.path().join("p0"), end0);
+        assert_eq!(
+            std::fs::metadata(&empty).unwrap().len(),
+            crate::segment::SEGMENT_HEADER_BYTES
+        );
+        let log = Log::open(config(dir.path())).unwrap();
+        assert_eq!(log.end_offset(0).unwrap(), end0);
+        assert!(read_all(&log, 0).is_empty());
+        assert_eq!(read_all(&log, 1).len(), 25);
+        // Offsets go on where they were.
+        let seq = log.append(0, b"after").unwrap();
+        log.wait_durable(seq, TIMEOUT).unwrap();
+        assert_eq!(read_all(&log, 0), vec![b"after".to_vec()]);
+    }
+
     /// Shared body of the two poisoning tests: the fault hits the second commit.
     fn poisoned_by(fault: Fault) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();

@@ -310,6 +310,11 @@ fn run_loop(shared: &Shared, mut actives: Vec<ActiveSegment>) {
                 shared.queue_work.wait(&mut queue);
             }
             if queue.queued_bytes == 0 || queue.poisoned {
+                let clean_stop = queue.stopping && !queue.poisoned;
+                drop(queue);
+                if clean_stop {
+                    release_consumed(shared, &mut actives);
+                }
                 return;
             }
             if !delay.is_zero() && !queue.stopping {
@@ -414,6 +419,34 @@ fn commit(
         sync_pool.sync_all(dirty)?;
     }
     Ok(fsyncs)
+}
+
+/// At a clean stop, a partition whose every record is behind its checkpoint gets a new empty segment
+/// and its old ones are deleted: nothing in them would be replayed, and the active segment (up to
+/// `segment_bytes_max`) would otherwise stay on disk until the next roll. Failures only cost disk space.
+fn release_consumed(shared: &Shared, actives: &mut [ActiveSegment]) {
+    for (p, active) in actives.iter_mut().enumerate() {
+        let partition = &shared.partitions[p];
+        let checkpoint = *partition.checkpoint.lock();
+        if !active.has_records() || checkpoint != active.end_offset() {
+            continue;
+        }
+        if let Err(e) = roll(shared, active, p) {
+            tracing::warn!(partition = p, error = %e, "cannot start an empty segment at stop");
+            continue;
+        }
+        let mut segments = partition.segments.write();
+        match crate::checkpoint::reclaim_segments(&partition.dir, &mut segments, checkpoint) {
+            Ok(deleted) => {
+                tracing::debug!(
+                    partition = p,
+                    deleted,
+                    "released consumed ingest log segments"
+                )
+            }
+            Err(e) => tracing::warn!(partition = p, error = %e, "cannot delete consumed segments"),
+        }
+    }
 }
 
 /// Writes one partition's frames, rolling to new segments as they fill. Returns the fsyncs spent
