@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::null_server::{self, NullServerStats};
 use crate::query::{self, QueryOptions};
 use crate::run::{self, RunOptions};
-use crate::scenario::{MqttVersion, Profile, Rate, Scenario, Transport};
+use crate::scenario::{socket_addr, MqttVersion, Profile, Rate, Scenario, Transport};
 
 /// Load-test a Fleetwire (or any MQTT) server. Without arguments: the canonical workload, 10,000 smart
 /// meters over MQTT QoS 1 at the maximum rate for 30 s, verified through the REST API.
@@ -67,10 +67,10 @@ pub struct RunArgs {
     #[arg(long)]
     pub name: Option<String>,
     /// mqtt or http.
-    #[arg(long, value_parser = parse_transport)]
+    #[arg(long, value_parser = parse_name::<Transport>)]
     pub transport: Option<Transport>,
     /// 3.1, 3.1.1 or 5.
-    #[arg(long, value_parser = parse_version)]
+    #[arg(long, value_parser = parse_name::<MqttVersion>)]
     pub mqtt_version: Option<MqttVersion>,
     #[arg(long)]
     pub qos: Option<u8>,
@@ -81,7 +81,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub first_index: Option<u32>,
     /// smart-meter, smart-tracker or industrial-plc.
-    #[arg(long, value_parser = parse_profile)]
+    #[arg(long, value_parser = parse_name::<Profile>)]
     pub profile: Option<Profile>,
     #[arg(long)]
     pub plc_values: Option<u32>,
@@ -210,9 +210,6 @@ pub async fn main(args: BenchArgs) -> Result<bool> {
             no_load,
             json,
         }) => {
-            let ip: std::net::IpAddr = host
-                .parse()
-                .map_err(|_| Error::Scenario(format!("host {host:?} is not an IP address")))?;
             let opts = QueryOptions {
                 device_name: device,
                 days: 1,
@@ -223,8 +220,8 @@ pub async fn main(args: BenchArgs) -> Result<bool> {
                 load: !no_load,
             };
             let report = query::run(
-                SocketAddr::new(ip, http_port),
-                SocketAddr::new(ip, mqtt_port),
+                socket_addr(&host, http_port)?,
+                socket_addr(&host, mqtt_port)?,
                 &username,
                 &password,
                 &opts,
@@ -276,30 +273,28 @@ pub async fn main(args: BenchArgs) -> Result<bool> {
     }
 }
 
-fn parse_transport(s: &str) -> std::result::Result<Transport, String> {
-    match s {
-        "mqtt" => Ok(Transport::Mqtt),
-        "http" => Ok(Transport::Http),
-        _ => Err(format!("{s:?}: expected mqtt or http")),
-    }
+/// A scenario enum from its TOML name (`mqtt`, `3.1.1`, `smart-meter`, ...), so flags and files accept
+/// the same words.
+fn parse_name<T: serde::de::DeserializeOwned>(s: &str) -> std::result::Result<T, String> {
+    use serde::de::value::{Error as ValueError, StrDeserializer};
+    T::deserialize(StrDeserializer::<ValueError>::new(s)).map_err(|e| e.to_string())
 }
 
-fn parse_version(s: &str) -> std::result::Result<MqttVersion, String> {
-    match s {
-        "3.1" => Ok(MqttVersion::V31),
-        "3.1.1" | "311" => Ok(MqttVersion::V311),
-        "5" | "5.0" => Ok(MqttVersion::V5),
-        _ => Err(format!("{s:?}: expected 3.1, 3.1.1 or 5")),
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-fn parse_profile(s: &str) -> std::result::Result<Profile, String> {
-    match s {
-        "smart-meter" => Ok(Profile::SmartMeter),
-        "smart-tracker" => Ok(Profile::SmartTracker),
-        "industrial-plc" => Ok(Profile::IndustrialPlc),
-        _ => Err(format!(
-            "{s:?}: expected smart-meter, smart-tracker or industrial-plc"
-        )),
+    #[test]
+    fn flags_take_the_scenario_files_names() {
+        assert_eq!(parse_name::<Transport>("http"), Ok(Transport::Http));
+        assert_eq!(parse_name::<MqttVersion>("3.1"), Ok(MqttVersion::V31));
+        assert_eq!(parse_name::<MqttVersion>("311"), Ok(MqttVersion::V311));
+        assert_eq!(parse_name::<MqttVersion>("5.0"), Ok(MqttVersion::V5));
+        assert_eq!(
+            parse_name::<Profile>("industrial-plc"),
+            Ok(Profile::IndustrialPlc)
+        );
+        let err = parse_name::<Profile>("smart-fridge").unwrap_err();
+        assert!(err.contains("smart-meter"), "{err}");
     }
 }

@@ -98,7 +98,7 @@ pub async fn run(
             "query: days, step_ms, interval_ms and runs must be positive".into(),
         ));
     }
-    let (start_ts, end_ts) = day_range(now_ms(), opts.days);
+    let (start_ts, end_ts) = day_range(crate::fleet::wall_ms(), opts.days);
     let schedule = Schedule {
         start_ts,
         end_ts,
@@ -191,13 +191,6 @@ pub fn day_range(now_ms: i64, days: u32) -> (i64, i64) {
     (end_ts - i64::from(days) * DAY_MS, end_ts)
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 /// Points every `step_ms` from `start_ts` up to, not including, `end_ts`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Schedule {
@@ -285,14 +278,6 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 pub async fn publish_all(mqtt_addr: SocketAddr, token: &str, payloads: Vec<Bytes>) -> Result<()> {
     let protocol = Protocol::V311;
     let context = |what: &str| format!("MQTT {what} ({token} at {mqtt_addr})");
-    let mut stream = TcpStream::connect(mqtt_addr)
-        .await
-        .map_err(|e| Error::io(context("connect"), e))?;
-    stream
-        .set_nodelay(true)
-        .map_err(|e| Error::io(context("connect"), e))?;
-    let mut out = BytesMut::new();
-    let mut read_buf = BytesMut::with_capacity(4096);
     let connect = Connect {
         protocol,
         clean_start: true,
@@ -303,31 +288,25 @@ pub async fn publish_all(mqtt_addr: SocketAddr, token: &str, payloads: Vec<Bytes
         will: None,
         properties: ConnectProperties::default(),
     };
-    send(
-        &mut stream,
-        &mut out,
-        &Packet::Connect(connect),
-        protocol,
-        token,
+    let (mut stream, mut read_buf, code) = tokio::time::timeout(
+        MQTT_TIMEOUT,
+        crate::fleet::handshake(mqtt_addr, None, &connect),
     )
-    .await?;
-    match next_packet(&mut stream, &mut read_buf, protocol, token).await? {
-        Packet::ConnAck(ack) if ack.code == 0 => {}
-        Packet::ConnAck(ack) => {
-            return Err(Error::Worker(format!(
-                "{}: refused with code {}",
-                context("CONNECT"),
-                ack.code
-            )))
-        }
-        other => {
-            return Err(Error::Worker(format!(
-                "{}: expected CONNACK, got {}",
-                context("CONNECT"),
-                other.name()
-            )))
-        }
+    .await
+    .map_err(|_| {
+        Error::Worker(format!(
+            "{}: no CONNACK for {MQTT_TIMEOUT:?}",
+            context("CONNECT")
+        ))
+    })?
+    .map_err(|e| Error::io(context("CONNECT"), e))?;
+    if code != 0 {
+        return Err(Error::Worker(format!(
+            "{}: refused with code {code}",
+            context("CONNECT")
+        )));
     }
+    let mut out = BytesMut::new();
     let topic = Topic::from_static("v1/devices/me/telemetry");
     let mut pending = payloads.into_iter();
     let mut inflight: HashSet<u16> = HashSet::with_capacity(WINDOW);

@@ -2,7 +2,7 @@
 //! worker processes, print progress every second, merge the results, verify, and build the [`Report`].
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -39,7 +39,7 @@ enum Go {
 /// Runs a scenario end to end and returns its report (the caller prints it and picks the exit code).
 pub async fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report> {
     scenario.validate()?;
-    let http_addr = server_addr(scenario, scenario.http_port)?;
+    let http_addr = scenario.server_addr(scenario.http_port)?;
     if scenario.create_devices {
         prepare_devices(scenario).await?;
     }
@@ -184,7 +184,7 @@ pub async fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report> {
 
 /// Creates the profile (with its alarm rule) and the devices, skipping those that exist.
 pub async fn prepare_devices(scenario: &Scenario) -> Result<()> {
-    let http_addr = server_addr(scenario, scenario.http_port)?;
+    let http_addr = scenario.server_addr(scenario.http_port)?;
     let started = Instant::now();
     let mut rest = Rest::login(http_addr, &scenario.username, &scenario.password).await?;
     rest.ensure_profile(scenario.profile).await?;
@@ -363,14 +363,6 @@ pub async fn worker() -> Result<()> {
         .map_err(|e| Error::Worker(format!("engine task: {e}")))?
 }
 
-fn server_addr(scenario: &Scenario, port: u16) -> Result<SocketAddr> {
-    let ip: IpAddr = scenario
-        .host
-        .parse()
-        .map_err(|_| Error::Scenario(format!("host {:?} is not an IP address", scenario.host)))?;
-    Ok(SocketAddr::new(ip, port))
-}
-
 /// Merges the sources' ticks into per-second progress and the measured window.
 struct Aggregator {
     warmup_ms: u64,
@@ -387,8 +379,8 @@ struct Aggregator {
     last_acked: u64,
     last_sent: u64,
     last_at: Duration,
-    /// The live progress lines (the aggregator's own clock; a late tick shows as a dip and a spike).
-    timeline: Vec<Second>,
+    /// The server's largest RSS sampled so far.
+    rss_max: Option<u64>,
     /// The report's timeline: per load second, what the sources' ticks say happened in it, each tick's
     /// deltas divided by its own interval, so a tick delivered late does not distort the rate.
     seconds: std::collections::BTreeMap<u64, SecondBucket>,
@@ -419,7 +411,7 @@ impl Aggregator {
             last_acked: 0,
             last_sent: 0,
             last_at: Duration::ZERO,
-            timeline: Vec::new(),
+            rss_max: None,
             seconds: std::collections::BTreeMap::new(),
             last_tick: vec![None; sources],
         }
@@ -482,6 +474,9 @@ impl Aggregator {
             server_cpu_percent: server.as_ref().map(|s| s.cpu_percent),
             server_rss_bytes: server.as_ref().map(|s| s.rss_bytes),
         };
+        if let Some(sample) = server {
+            self.rss_max = self.rss_max.max(Some(sample.rss_bytes));
+        }
         if let (Some(load), Some(sample)) = (load, server) {
             let second = (load.as_millis() as u64).div_ceil(1000).max(1);
             self.seconds.entry(second).or_default().server = Some(sample);
@@ -490,7 +485,6 @@ impl Aggregator {
         self.last_acked = total.acked;
         self.last_at = elapsed;
         self.interval.reset();
-        self.timeline.push(second.clone());
         second
     }
 
@@ -527,24 +521,16 @@ impl Aggregator {
             }
         }
         let points = PayloadGen::new(scenario.profile, scenario.plc_values, 0).points_per_message();
-        let samples: Vec<&Second> = self
-            .timeline
+        // Server CPU over the measured window, from the samples filed under their load second.
+        let cpu: Vec<f64> = self
+            .seconds
             .iter()
-            .filter(|s| {
-                s.load_s.is_some_and(|l| {
-                    l * 1000.0 > self.warmup_ms as f64 && l * 1000.0 <= self.end_ms as f64 + 500.0
-                })
+            .filter(|(&second, _)| {
+                second * 1000 > self.warmup_ms && second * 1000 <= self.end_ms + 500
             })
+            .filter_map(|(_, b)| b.server.map(|s| s.cpu_percent))
             .collect();
-        let cpu: Vec<f64> = samples
-            .iter()
-            .filter_map(|s| s.server_cpu_percent)
-            .collect();
-        let rss_max = self
-            .timeline
-            .iter()
-            .filter_map(|s| s.server_rss_bytes)
-            .max();
+        let rss_max = self.rss_max;
         let server = rss_baseline.map(|baseline| ServerUsage {
             cpu_percent_avg: (!cpu.is_empty()).then(|| cpu.iter().sum::<f64>() / cpu.len() as f64),
             cpu_percent_max: cpu

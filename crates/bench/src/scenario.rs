@@ -4,6 +4,7 @@
 //! MQTT 3.1.1, QoS 1, as fast as the server acknowledges (8 in flight per connection), 30 s.
 
 use std::fmt;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -147,6 +148,11 @@ impl Scenario {
         Ok(())
     }
 
+    /// The server's address on `port` (`host` must be an IP address: the generator does no DNS).
+    pub fn server_addr(&self, port: u16) -> Result<SocketAddr> {
+        socket_addr(&self.host, port)
+    }
+
     /// `DW` + 8-digit index: the device name, which is also its access token.
     pub fn device_name(index: u32) -> String {
         format!("DW{index:08}")
@@ -156,6 +162,14 @@ impl Scenario {
     pub fn device_names(&self) -> impl Iterator<Item = String> + '_ {
         (self.first_index..self.first_index + self.devices).map(Scenario::device_name)
     }
+}
+
+/// `host:port` for a host given as an IP address.
+pub fn socket_addr(host: &str, port: u16) -> Result<SocketAddr> {
+    let ip: IpAddr = host
+        .parse()
+        .map_err(|_| Error::Scenario(format!("host {host:?} is not an IP address")))?;
+    Ok(SocketAddr::new(ip, port))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -170,9 +184,9 @@ pub enum Transport {
 pub enum MqttVersion {
     #[serde(rename = "3.1")]
     V31,
-    #[serde(rename = "3.1.1")]
+    #[serde(rename = "3.1.1", alias = "311")]
     V311,
-    #[serde(rename = "5")]
+    #[serde(rename = "5", alias = "5.0")]
     V5,
 }
 

@@ -148,9 +148,9 @@ impl ActiveSegment {
     }
 
     /// `fdatasync`: the written frames (and the file size) reach the disk.
-    /// The file and its path, for a sync on another thread.
-    pub(crate) fn sync_job(&self) -> crate::sync_pool::SyncJob {
-        (Arc::clone(&self.file), self.path.clone())
+    /// The file, for a sync on another thread.
+    pub(crate) fn file(&self) -> Arc<File> {
+        Arc::clone(&self.file)
     }
 
     pub fn sync(&self) -> io::Result<()> {

@@ -8,15 +8,13 @@
 
 use std::fs::File;
 use std::io;
-use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 
-/// One segment to sync: its file and its path (for the error message).
-pub(crate) type SyncJob = (Arc<File>, PathBuf);
+use crate::segment::ActiveSegment;
 
 pub(crate) struct SyncPool {
-    jobs: Vec<Sender<(usize, SyncJob)>>,
+    jobs: Vec<Sender<(usize, Arc<File>)>>,
     done: Receiver<(usize, io::Result<()>)>,
     done_tx: Sender<(usize, io::Result<()>)>,
 }
@@ -34,13 +32,13 @@ impl SyncPool {
     /// Grows the pool to `threads` helpers (the writer syncs one segment itself).
     fn ensure_threads(&mut self, threads: usize) -> io::Result<()> {
         while self.jobs.len() < threads {
-            let (tx, rx) = mpsc::channel::<(usize, SyncJob)>();
+            let (tx, rx) = mpsc::channel::<(usize, Arc<File>)>();
             let done = self.done_tx.clone();
             std::thread::Builder::new()
                 .name("fleetwire-log-sync".into())
                 .spawn(move || {
                     // Ends when the pool (the writer) drops its sender.
-                    while let Ok((i, (file, _))) = rx.recv() {
+                    while let Ok((i, file)) = rx.recv() {
                         if done.send((i, file.sync_data())).is_err() {
                             return;
                         }
@@ -51,37 +49,28 @@ impl SyncPool {
         Ok(())
     }
 
-    /// Syncs every file, all at once, and returns the first failure (after all have finished).
-    pub(crate) fn sync_all(&mut self, files: Vec<SyncJob>) -> Result<(), String> {
-        let mut files = files.into_iter();
-        let Some(first) = files.next() else {
+    /// Syncs every segment, all at once, and returns the first failure (after all have finished).
+    pub(crate) fn sync_all(&mut self, segments: &[&ActiveSegment]) -> Result<(), String> {
+        let Some((first, rest)) = segments.split_first() else {
             return Ok(());
         };
-        let rest: Vec<SyncJob> = files.collect();
+        let failed =
+            |i: usize, e: io::Error| format!("fdatasync {}: {e}", segments[i].path.display());
         self.ensure_threads(rest.len())
             .map_err(|e| format!("starting an fsync thread: {e}"))?;
-        let mut paths = Vec::with_capacity(rest.len());
         let mut sent = 0;
         let mut result: Result<(), String> = Ok(());
-        for (i, job) in rest.into_iter().enumerate() {
-            paths.push(job.1.clone());
-            match self.jobs[i].send((i, job)) {
+        for (i, segment) in rest.iter().enumerate() {
+            match self.jobs[i].send((i + 1, segment.file())) {
                 Ok(()) => sent += 1,
                 Err(_) => result = Err("an fsync thread is gone".to_string()),
             }
         }
-        let own = first
-            .0
-            .sync_data()
-            .map_err(|e| format!("fdatasync {}: {e}", first.1.display()));
-        result = result.and(own);
+        result = result.and(first.sync().map_err(|e| failed(0, e)));
         for _ in 0..sent {
             match self.done.recv() {
                 Ok((_, Ok(()))) => {}
-                Ok((i, Err(e))) => {
-                    let failure = Err(format!("fdatasync {}: {e}", paths[i].display()));
-                    result = result.and(failure);
-                }
+                Ok((i, Err(e))) => result = result.and(Err(failed(i, e))),
                 Err(_) => result = result.and(Err("an fsync thread is gone".to_string())),
             }
         }
@@ -94,40 +83,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn syncs_every_file_and_reuses_its_threads() {
+    fn syncs_every_segment_and_reuses_its_threads() {
         let dir = tempfile::tempdir().unwrap();
-        let jobs = || -> Vec<SyncJob> {
-            (0..4)
-                .map(|i| {
-                    let path = dir.path().join(format!("f{i}"));
-                    (Arc::new(File::create(&path).unwrap()), path)
-                })
-                .collect()
-        };
+        let segments: Vec<ActiveSegment> = (0..4)
+            .map(|i| ActiveSegment::create(dir.path(), i * 1000).unwrap())
+            .collect();
+        let all: Vec<&ActiveSegment> = segments.iter().collect();
         let mut pool = SyncPool::new();
-        pool.sync_all(jobs()).unwrap();
+        pool.sync_all(&all).unwrap();
         assert_eq!(pool.jobs.len(), 3);
-        pool.sync_all(jobs()).unwrap();
+        pool.sync_all(&all).unwrap();
         assert_eq!(pool.jobs.len(), 3, "threads are reused");
-        pool.sync_all(Vec::new()).unwrap();
-    }
-
-    #[test]
-    fn a_failed_sync_is_reported_with_its_path() {
-        // fdatasync of a read-only handle to a directory fails with EINVAL or EBADF on Linux.
-        let dir = tempfile::tempdir().unwrap();
-        let good = dir.path().join("ok");
-        let jobs = vec![
-            (Arc::new(File::create(&good).unwrap()), good),
-            (
-                Arc::new(File::open(dir.path()).unwrap()),
-                dir.path().to_path_buf(),
-            ),
-        ];
-        let mut pool = SyncPool::new();
-        match pool.sync_all(jobs) {
-            Ok(()) => {} // Some file systems accept fsync of a directory; nothing to assert then.
-            Err(e) => assert!(e.contains(&dir.path().display().to_string()), "{e}"),
-        }
+        pool.sync_all(&[]).unwrap();
     }
 }

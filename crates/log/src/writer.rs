@@ -24,7 +24,7 @@ use crate::frame::{self, FRAME_HEADER_BYTES};
 use crate::partition::PartitionState;
 use crate::segment::ActiveSegment;
 use crate::stats::{CommitCounters, LogStats};
-use crate::sync_pool::{SyncJob, SyncPool};
+use crate::sync_pool::SyncPool;
 
 /// Called by the writer thread with the new durable sequence number after every commit, and once
 /// with the unchanged one when the log becomes poisoned. Runs on the writer thread, so it must be
@@ -408,15 +408,15 @@ fn commit(
         if shared.fault.lock().take_if(|f| *f == Fault::Sync).is_some() {
             return Err("injected fsync failure".to_string());
         }
-        let dirty: Vec<SyncJob> = actives
+        let dirty: Vec<&ActiveSegment> = actives
             .iter()
             .zip(batch)
             .filter(|(_, frames)| !frames.is_empty())
-            .map(|(active, _)| active.sync_job())
+            .map(|(active, _)| active)
             .collect();
         fsyncs += dirty.len() as u64;
         // All at once: the device (and ext4's journal) serves several flushes for about one.
-        sync_pool.sync_all(dirty)?;
+        sync_pool.sync_all(&dirty)?;
     }
     Ok(fsyncs)
 }

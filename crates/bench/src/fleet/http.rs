@@ -31,7 +31,7 @@ pub(super) async fn run_devices(shared: &Arc<Shared>) -> crate::Result<Vec<Devic
     let share =
         (u64::from(s.http_connections) * u64::from(count)).div_ceil(u64::from(s.devices.max(1)));
     let connections = share.clamp(1, u64::from(count.max(1))) as u32;
-    let addr = shared.server_addr(s.http_port)?;
+    let addr = shared.slice.scenario.server_addr(s.http_port)?;
     let slice_start = Instant::now();
 
     let mut tasks = Vec::with_capacity(connections as usize);

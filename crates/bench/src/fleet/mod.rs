@@ -7,10 +7,10 @@
 mod http;
 mod mqtt;
 
-pub(crate) use mqtt::tcp_connect;
+pub(crate) use mqtt::{handshake, tcp_connect};
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -189,14 +189,6 @@ impl Shared {
     pub fn stop_at(&self, start: Instant) -> Instant {
         let s = &self.slice.scenario;
         start + Duration::from_secs_f64(s.warmup_s + s.duration_s)
-    }
-
-    pub fn server_addr(&self, port: u16) -> crate::Result<SocketAddr> {
-        let host = &self.slice.scenario.host;
-        let ip: IpAddr = host
-            .parse()
-            .map_err(|_| crate::Error::Scenario(format!("host {host:?} is not an IP address")))?;
-        Ok(SocketAddr::new(ip, port))
     }
 }
 

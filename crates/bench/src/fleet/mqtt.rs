@@ -131,7 +131,7 @@ impl Device {
     /// TCP connect, CONNECT, CONNACK. None if the server could not be reached or refused (counted).
     async fn connect(&mut self) -> Option<(TcpStream, BytesMut)> {
         let s = &self.shared.slice.scenario;
-        let addr = match self.shared.server_addr(s.mqtt_port) {
+        let addr = match s.server_addr(s.mqtt_port) {
             Ok(addr) => addr,
             Err(e) => {
                 tracing::error!(error = %e, "bad server address");
@@ -139,39 +139,17 @@ impl Device {
                 return None;
             }
         };
-        let attempt = async {
-            let mut stream = tcp_connect(addr, self.shared.slice.local_ip).await?;
-            let connect = Packet::Connect(Connect {
-                protocol: self.protocol,
-                clean_start: s.clean_session,
-                keep_alive_s: s.keep_alive_s,
-                client_id: self.name.clone(),
-                username: Some(self.name.clone()),
-                password: None,
-                will: None,
-                properties: Default::default(),
-            });
-            let mut out = BytesMut::with_capacity(128);
-            encode(&connect, self.protocol, &mut out).map_err(std::io::Error::other)?;
-            stream.write_all(&out).await?;
-            let mut buf = BytesMut::with_capacity(4096);
-            loop {
-                match decode(&mut buf, self.protocol, PACKET_BYTES_MAX) {
-                    Ok(Some(Packet::ConnAck(ack))) => return Ok((stream, buf, ack.code)),
-                    Ok(Some(other)) => {
-                        return Err(std::io::Error::other(format!(
-                            "expected CONNACK, got {}",
-                            other.name()
-                        )))
-                    }
-                    Ok(None) => {}
-                    Err(e) => return Err(std::io::Error::other(e)),
-                }
-                if stream.read_buf(&mut buf).await? == 0 {
-                    return Err(std::io::ErrorKind::UnexpectedEof.into());
-                }
-            }
+        let connect = Connect {
+            protocol: self.protocol,
+            clean_start: s.clean_session,
+            keep_alive_s: s.keep_alive_s,
+            client_id: self.name.clone(),
+            username: Some(self.name.clone()),
+            password: None,
+            will: None,
+            properties: Default::default(),
         };
+        let attempt = handshake(addr, self.shared.slice.local_ip, &connect);
         match timeout(RESPONSE_TIMEOUT, attempt).await {
             Ok(Ok((stream, buf, 0))) => Some((stream, buf)),
             Ok(Ok((_, _, code))) => {
@@ -405,6 +383,41 @@ async fn sleep_opt(at: Option<Instant>) {
     match at {
         Some(at) => sleep_until(at.into()).await,
         None => std::future::pending().await,
+    }
+}
+
+/// TCP connect, CONNECT, and the server's CONNACK code, with the connection and whatever the server
+/// sent after the CONNACK. The caller decides what a refusal (non-zero code) means.
+pub(crate) async fn handshake(
+    addr: SocketAddr,
+    local_ip: Option<std::net::IpAddr>,
+    connect: &Connect,
+) -> std::io::Result<(TcpStream, BytesMut, u8)> {
+    let mut stream = tcp_connect(addr, local_ip).await?;
+    let mut out = BytesMut::with_capacity(128);
+    encode(
+        &Packet::Connect(connect.clone()),
+        connect.protocol,
+        &mut out,
+    )
+    .map_err(std::io::Error::other)?;
+    stream.write_all(&out).await?;
+    let mut buf = BytesMut::with_capacity(4096);
+    loop {
+        match decode(&mut buf, connect.protocol, PACKET_BYTES_MAX) {
+            Ok(Some(Packet::ConnAck(ack))) => return Ok((stream, buf, ack.code)),
+            Ok(Some(other)) => {
+                return Err(std::io::Error::other(format!(
+                    "expected CONNACK, got {}",
+                    other.name()
+                )))
+            }
+            Ok(None) => {}
+            Err(e) => return Err(std::io::Error::other(e)),
+        }
+        if stream.read_buf(&mut buf).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
     }
 }
 
