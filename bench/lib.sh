@@ -39,7 +39,7 @@ wait_tcp() { # host port seconds
 # start_fleetwire DATA_DIR MQTT_PORT HTTP_PORT LOG: starts `fleetwire serve --demo`, sets FW_PID.
 start_fleetwire() {
   FLEETWIRE_MQTT_PORT="$2" FLEETWIRE_HTTP_PORT="$3" FLEETWIRE_BIND=127.0.0.1 \
-    "$FLEETWIRE" serve --demo --data-dir "$1" >"$4" 2>&1 &
+    "$FLEETWIRE" serve --demo ${FW_CONFIG:+--config "$FW_CONFIG"} --data-dir "$1" >"$4" 2>&1 &
   FW_PID=$!
   local deadline=$((SECONDS + 60))
   until curl -sf "http://127.0.0.1:$3/healthz" >/dev/null 2>&1; do

@@ -43,7 +43,7 @@ impl Log {
         Self::open_inner(config, Some(listener))
     }
 
-    fn open_inner(config: LogConfig, listener: Option<CommitListener>) -> Result<Self> {
+    fn open_inner(mut config: LogConfig, listener: Option<CommitListener>) -> Result<Self> {
         config.validate()?;
         let dir = config.dir.clone();
         std::fs::create_dir_all(&dir).map_err(|e| LogError::io(&dir, e))?;
@@ -59,7 +59,7 @@ impl Log {
             Err(std::fs::TryLockError::WouldBlock) => return Err(LogError::Locked { path: dir }),
             Err(std::fs::TryLockError::Error(e)) => return Err(LogError::io(lock_path, e)),
         }
-        check_no_extra_partitions(&config)?;
+        config.partition_count = partition_count_for(&config)?;
 
         let mut partitions = Vec::with_capacity(config.partition_count as usize);
         let mut actives = Vec::with_capacity(config.partition_count as usize);
@@ -92,9 +92,14 @@ impl Log {
         })
     }
 
-    /// The configuration the log was opened with.
+    /// The configuration the log was opened with (with the partition count it actually has).
     pub fn config(&self) -> &LogConfig {
         &self.shared.config
+    }
+
+    /// Number of partitions: the configured count, or more if the directory already held more.
+    pub fn partition_count(&self) -> u32 {
+        self.shared.config.partition_count
     }
 
     /// Appends one record to `partition` and returns its sequence number. Returns as soon as the
@@ -269,11 +274,12 @@ impl std::fmt::Debug for Log {
     }
 }
 
-/// Refuses a directory holding more partitions than configured: their records would never be
-/// read. Growing the count is allowed (new partitions start empty) with a warning, because a
-/// device hashed to a new partition may have older unconsumed records in its old one, so the
+/// The partition count to open `config.dir` with. A directory holding more partitions than configured
+/// keeps them all, since their records would otherwise never be read: the configured count applies to a
+/// new log (or grows an existing one). Growing is allowed (new partitions start empty) with a warning,
+/// because a device hashed to a new partition may have older unconsumed records in its old one, so the
 /// processors may see its records out of order once.
-fn check_no_extra_partitions(config: &LogConfig) -> Result<()> {
+fn partition_count_for(config: &LogConfig) -> Result<u32> {
     let entries = std::fs::read_dir(&config.dir).map_err(|e| LogError::io(&config.dir, e))?;
     let mut existing = 0u32;
     for entry in entries {
@@ -286,17 +292,15 @@ fn check_no_extra_partitions(config: &LogConfig) -> Result<()> {
         else {
             continue;
         };
-        if index >= config.partition_count {
-            return Err(LogError::Config {
-                reason: format!(
-                    "{} holds partition p{index} but partition_count is {}; \
-                     an existing log's partition count cannot shrink",
-                    config.dir.display(),
-                    config.partition_count
-                ),
-            });
-        }
-        existing += 1;
+        existing = existing.max(index.saturating_add(1));
+    }
+    if existing > config.partition_count {
+        tracing::info!(
+            existing,
+            configured = config.partition_count,
+            "the ingest log keeps its existing partitions; the configured count applies to a new log"
+        );
+        return Ok(existing);
     }
     if existing > 0 && existing < config.partition_count {
         tracing::warn!(
@@ -305,7 +309,7 @@ fn check_no_extra_partitions(config: &LogConfig) -> Result<()> {
             "growing the ingest log's partition count; devices may move between partitions"
         );
     }
-    Ok(())
+    Ok(config.partition_count)
 }
 
 #[cfg(test)]

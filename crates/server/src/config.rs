@@ -206,10 +206,10 @@ impl Default for BootstrapConfig {
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
-            partitions: 4,
+            partitions: 1,
             durability: Durability::Fsync,
             segment_bytes_max: 64 << 20,
-            group_commit_max_delay_us: 0,
+            group_commit_max_delay_us: 1000,
         }
     }
 }

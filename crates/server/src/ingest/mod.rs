@@ -91,7 +91,8 @@ impl Ingest {
         };
         let tsdb = Arc::new(Tsdb::open(dir.join("tsdb"), tsdb_options)?);
         let attributes = Arc::new(AttributeStore::open(&dir.join("attributes.sqlite3"))?);
-        let partitions = config.log.partitions;
+        // An existing log keeps the partitions it has, even if fewer are configured now.
+        let partitions = u16::try_from(log.partition_count()).unwrap_or(u16::MAX);
         let progress: Arc<Vec<PartitionProgress>> = Arc::new(
             (0..partitions)
                 .map(|_| PartitionProgress {
@@ -193,10 +194,10 @@ impl Ingest {
             if self.log.is_poisoned() {
                 return Err(IngestError::Poisoned);
             }
-            // The timeout only bounds how long a poisoned log goes unnoticed; commits wake us at once.
-            match tokio::time::timeout(Duration::from_millis(500), rx.changed()).await {
-                Ok(Ok(())) | Err(_) => {}
-                Ok(Err(_)) => return Err(IngestError::ShuttingDown),
+            // Every commit wakes us, and so does poisoning (the log calls its commit listener then too). The
+            // value was marked seen before the poison check, so a poisoning after it still wakes this wait.
+            if rx.changed().await.is_err() {
+                return Err(IngestError::ShuttingDown);
             }
         }
     }

@@ -5,6 +5,7 @@
 //! Memory while idle is kept small on purpose: the read buffer is released whenever it holds no partial
 //! packet, so an idle connection owns no buffer at all.
 
+use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -17,6 +18,7 @@ use fleetwire_mqtt::{
 };
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 use super::requests;
 use super::sessions::{CloseSignal, SessionGuard};
@@ -28,13 +30,22 @@ use crate::AppState;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Sessions without any packet for this long are closed (ThingsBoard's transport inactivity timeout).
 const INACTIVITY_TIMEOUT: Duration = Duration::from_secs(600);
-/// Read buffer growth step.
+/// Read buffer growth step of a connection's own buffer (while a partial packet is pending).
 const READ_CHUNK: usize = 8 * 1024;
+/// Size of each worker thread's shared read buffer: one read takes up to this much.
+const SHARED_READ_BYTES: usize = 64 * 1024;
 /// Read buffer growth step while waiting for CONNECT: CONNECT packets are small, and thousands of devices
 /// reconnecting at once should not each take a full read chunk.
 const CONNECT_READ_CHUNK: usize = 512;
 /// A client that does not take our answers within this long is disconnected, so it cannot pin its task.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+thread_local! {
+    /// The read buffer every connection served on this thread reads into (see `Conn::read_and_process`).
+    static READ_BUF: RefCell<BytesMut> = RefCell::new(BytesMut::new());
+    /// The encoding buffer of log records, shared by the connections served on this thread.
+    static RECORD_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
 
 /// Why a connection ends.
 enum End {
@@ -52,8 +63,6 @@ struct Conn<'a> {
     device: DeviceAuth,
     /// Encoded answers of the current batch.
     out: BytesMut,
-    /// Encoding buffer for log records, reused across messages.
-    scratch: Vec<u8>,
     /// Highest log sequence number the current batch must wait for before `out` is written.
     wait_seq: u64,
     /// Subscriptions granted on this connection, with their QoS (a handful at most).
@@ -85,7 +94,6 @@ pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
         protocol,
         device,
         out: BytesMut::new(),
-        scratch: Vec::new(),
         wait_seq: 0,
         subscriptions: Vec::new(),
         next_pkid: 1,
@@ -253,26 +261,12 @@ async fn send_connack(stream: &mut TcpStream, protocol: Protocol, code: u8) -> s
 impl Conn<'_> {
     async fn run(&mut self, mut buf: BytesMut, close: &CloseSignal) -> End {
         let max = packet_limit(self.state);
+        let mut idle = Box::pin(tokio::time::sleep(INACTIVITY_TIMEOUT));
+        let mut last_read = Instant::now();
+        // The first batch may be packets the client pipelined behind its CONNECT.
+        let mut end = self.process(&mut buf, max);
         loop {
-            // Handle every complete packet already buffered (the first loop may have leftovers from CONNECT),
-            // then make the batch durable and answer it: one flush point, so one await slot in the state.
-            let mut end = None;
-            loop {
-                match decode(&mut buf, self.protocol, max) {
-                    Ok(Some(packet)) => {
-                        end = self.handle(packet);
-                        if end.is_some() {
-                            break;
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        tracing::debug!(peer = %self.peer, error = %e, "malformed packet");
-                        end = Some(End::Server(Some(e.reason_code())));
-                        break;
-                    }
-                }
-            }
+            // One flush point per batch: make its records durable, then answer all of it in one write.
             let flushed = self.flush().await;
             if let Some(end) = end {
                 return end;
@@ -283,22 +277,83 @@ impl Conn<'_> {
             if buf.is_empty() {
                 // Release the buffers: an idle connection holds no read or write memory.
                 buf = BytesMut::new();
-                self.release_buffers();
+                self.out = BytesMut::new();
             }
-            tokio::select! {
-                readable = tokio::time::timeout(INACTIVITY_TIMEOUT, self.stream.readable()) => match readable {
-                    Err(_) => return End::Server(Some(reason::MAXIMUM_CONNECT_TIME)),
-                    Ok(Err(_)) => return End::Client,
-                    Ok(Ok(())) => {}
-                },
-                reason = close.closed() => return End::Server(Some(reason)),
+            // The inactivity timer is re-armed only when it fires, from the time of the last read, so a busy
+            // connection does not insert and remove a timer for every packet.
+            loop {
+                tokio::select! {
+                    readable = self.stream.readable() => match readable {
+                        Err(_) => return End::Client,
+                        Ok(()) => break,
+                    },
+                    () = idle.as_mut() => {
+                        let deadline = last_read + INACTIVITY_TIMEOUT;
+                        if Instant::now() >= deadline {
+                            return End::Server(Some(reason::MAXIMUM_CONNECT_TIME));
+                        }
+                        idle.as_mut().reset(deadline);
+                    }
+                    reason = close.closed() => return End::Server(Some(reason)),
+                }
             }
-            buf.reserve(READ_CHUNK);
-            match self.stream.try_read_buf(&mut buf) {
-                Ok(0) => return End::Client,
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(_) => return End::Client,
+            let read = if buf.is_empty() {
+                self.read_and_process(&mut buf, max)
+            } else {
+                // A partial packet is pending: it keeps its own buffer until it is complete.
+                buf.reserve(READ_CHUNK);
+                read_outcome(self.stream.try_read_buf(&mut buf))
+                    .map(|read| read.then(|| self.process(&mut buf, max)).flatten())
+            };
+            match read {
+                Ok(packet_end) => end = packet_end,
+                Err(client_end) => return client_end,
+            }
+            last_read = Instant::now();
+        }
+    }
+
+    /// Reads into this worker thread's shared read buffer and handles every complete packet in place; only
+    /// the bytes of a trailing partial packet move to the connection's own `buf`. Connections thus share one
+    /// warm buffer per thread instead of allocating one per read, and an idle connection owns none.
+    fn read_and_process(&mut self, buf: &mut BytesMut, max: usize) -> Result<Option<End>, End> {
+        READ_BUF.with(|shared| {
+            let Ok(mut shared) = shared.try_borrow_mut() else {
+                // Not reachable (nothing awaits while it is borrowed); fall back to the connection's own.
+                buf.reserve(READ_CHUNK);
+                let read = read_outcome(self.stream.try_read_buf(buf))?;
+                return Ok(read.then(|| self.process(buf, max)).flatten());
+            };
+            shared.clear();
+            // Reclaims the whole allocation once the previous read's payloads are dropped, which they are
+            // by the time its packets are handled.
+            shared.reserve(SHARED_READ_BYTES);
+            if !read_outcome(self.stream.try_read_buf(&mut *shared))? {
+                return Ok(None);
+            }
+            let end = self.process(&mut shared, max);
+            if end.is_none() && !shared.is_empty() {
+                buf.extend_from_slice(&shared);
+            }
+            shared.clear();
+            Ok(end)
+        })
+    }
+
+    /// Handles every complete packet in `buf`; `Some` ends the connection.
+    fn process(&mut self, buf: &mut BytesMut, max: usize) -> Option<End> {
+        loop {
+            match decode(buf, self.protocol, max) {
+                Ok(Some(packet)) => {
+                    if let Some(end) = self.handle(packet) {
+                        return Some(end);
+                    }
+                }
+                Ok(None) => return None,
+                Err(e) => {
+                    tracing::debug!(peer = %self.peer, error = %e, "malformed packet");
+                    return Some(End::Server(Some(e.reason_code())));
+                }
             }
         }
     }
@@ -320,12 +375,6 @@ impl Conn<'_> {
         let written = tokio::time::timeout(WRITE_TIMEOUT, self.stream.write_all(&self.out)).await;
         self.out.clear();
         matches!(written, Ok(Ok(())))
-    }
-
-    /// Drops the per-connection buffers while the connection is idle: an idle connection owns no buffer.
-    fn release_buffers(&mut self) {
-        self.out = BytesMut::new();
-        self.scratch = Vec::new();
     }
 
     fn send(&mut self, packet: Packet) {
@@ -463,11 +512,17 @@ impl Conn<'_> {
             Err(e) => return Err(Refusal::Payload(e.to_string())),
         };
         let device = self.device.device_id;
-        match self
-            .state
-            .ingest
-            .append_record(device, &record, &mut self.scratch)
-        {
+        let appended = RECORD_BUF.with(|scratch| match scratch.try_borrow_mut() {
+            Ok(mut scratch) => self
+                .state
+                .ingest
+                .append_record(device, &record, &mut scratch),
+            Err(_) => self
+                .state
+                .ingest
+                .append_record(device, &record, &mut Vec::new()),
+        });
+        match appended {
             Ok(seq) => {
                 self.wait_seq = self.wait_seq.max(seq);
                 Ok(())
@@ -557,6 +612,17 @@ impl Conn<'_> {
             reasons,
             properties: Default::default(),
         }));
+    }
+}
+
+/// What a non-blocking read means for the connection: `Ok(true)` bytes arrived, `Ok(false)` nothing yet
+/// (a spurious wake-up), `Err` the client closed the socket or it failed.
+fn read_outcome(read: std::io::Result<usize>) -> Result<bool, End> {
+    match read {
+        Ok(0) => Err(End::Client),
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
+        Err(_) => Err(End::Client),
     }
 }
 
