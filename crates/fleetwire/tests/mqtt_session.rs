@@ -557,3 +557,35 @@ fn pubacks_follow_publish_order_and_data_is_readable() {
         .collect();
     assert_eq!(points, expected);
 }
+
+/// Packets cut at arbitrary bytes across many reads (a slow link, a client that writes as it encodes): the
+/// server keeps each partial packet until it completes, and answers every PUBLISH once, in order.
+#[test]
+fn packets_split_across_reads_are_reassembled() {
+    const COUNT: u16 = 20;
+    /// Bytes per write; not a divisor of any packet's size, so cuts land everywhere.
+    const PIECE: usize = 7;
+    let server = Server::start();
+    let jwt = server.login();
+    let id = server.create_device(&jwt, "pieces", "PIECES_TOKEN");
+    let mut client = server.mqtt(Protocol::V311, "PIECES_TOKEN");
+    let mut bytes = BytesMut::new();
+    for pkid in 1..=COUNT {
+        let payload = json!({"ts": TS_BASE + i64::from(pkid), "values": {"v": pkid}});
+        let packet = publish(TELEMETRY, QoS::AtLeastOnce, pkid, payload.to_string());
+        fleetwire_mqtt::encode(&packet, Protocol::V311, &mut bytes).expect("encode");
+    }
+    for piece in bytes.chunks(PIECE) {
+        client.write_raw(piece);
+        // Long enough that the server reads most pieces on their own.
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    for pkid in 1..=COUNT {
+        assert_eq!(client.recv(), puback(pkid, 0));
+    }
+    let points = server.timeseries(&jwt, &id, "v", TS_BASE, TS_BASE + i64::from(COUNT) + 1);
+    let expected: Vec<Value> = (1..=COUNT)
+        .map(|i| json!({"ts": TS_BASE + i64::from(i), "value": i}))
+        .collect();
+    assert_eq!(points, expected);
+}
