@@ -2,8 +2,9 @@
 //! has, handles every complete packet in them, waits once for the ingest log to make the batch durable,
 //! and writes all the answers (PUBACKs in order) in one write.
 //!
-//! Memory while idle is kept small on purpose: the read buffer is released whenever it holds no partial
-//! packet, so an idle connection owns no buffer at all.
+//! Memory while idle is kept small on purpose: reads land in a buffer shared by the connections of one
+//! worker thread, and a connection keeps bytes of its own only while a packet is incomplete, so an idle
+//! connection owns no buffer at all.
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
