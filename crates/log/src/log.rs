@@ -279,9 +279,13 @@ impl std::fmt::Debug for Log {
 /// new log (or grows an existing one). Growing is allowed (new partitions start empty) with a warning,
 /// because a device hashed to a new partition may have older unconsumed records in its old one, so the
 /// processors may see its records out of order once.
+/// Most partitions an existing directory may hold (the server addresses partitions with a `u16`).
+const PARTITION_COUNT_MAX: u32 = u16::MAX as u32;
+
 fn partition_count_for(config: &LogConfig) -> Result<u32> {
     let entries = std::fs::read_dir(&config.dir).map_err(|e| LogError::io(&config.dir, e))?;
     let mut existing = 0u32;
+    let mut found = 0u32;
     for entry in entries {
         let entry = entry.map_err(|e| LogError::io(&config.dir, e))?;
         let name = entry.file_name();
@@ -293,6 +297,18 @@ fn partition_count_for(config: &LogConfig) -> Result<u32> {
             continue;
         };
         existing = existing.max(index.saturating_add(1));
+        found += 1;
+    }
+    // Partitions are created as p0..p{n-1}; a gap or an absurd index is not a log this code wrote.
+    if found != existing || existing > PARTITION_COUNT_MAX {
+        return Err(LogError::Config {
+            reason: format!(
+                "{} holds {found} partition directories up to p{}; expected p0..p{} without gaps",
+                config.dir.display(),
+                existing.saturating_sub(1),
+                existing.saturating_sub(1)
+            ),
+        });
     }
     if existing > config.partition_count {
         tracing::info!(

@@ -236,3 +236,13 @@ fn reopen_with_fewer_partitions_keeps_the_existing_ones_and_a_second_open_is_loc
         .expect("the record is still read");
     assert_eq!(record.payload, b"in the last partition");
 }
+
+#[test]
+fn a_gap_in_the_partition_directories_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("p0")).unwrap();
+    std::fs::create_dir_all(dir.path().join("p2")).unwrap();
+    let err = Log::open(config(dir.path())).unwrap_err();
+    assert!(matches!(err, LogError::Config { .. }), "{err}");
+    assert!(err.to_string().contains("without gaps"), "{err}");
+}
