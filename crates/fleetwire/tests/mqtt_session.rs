@@ -534,6 +534,15 @@ fn packet_size_limit_applies_to_the_remaining_length() {
     }
 }
 
+/// Asserts that key `v` of device `id` holds exactly the points `v = i` at `TS_BASE + i` for i in 1..=count.
+fn assert_numbered_points(server: &Server, jwt: &str, id: &str, count: u16) {
+    let points = server.timeseries(jwt, id, "v", TS_BASE, TS_BASE + i64::from(count) + 1);
+    let expected: Vec<Value> = (1..=count)
+        .map(|i| json!({"ts": TS_BASE + i64::from(i), "value": i}))
+        .collect();
+    assert_eq!(points, expected);
+}
+
 #[test]
 fn pubacks_follow_publish_order_and_data_is_readable() {
     const COUNT: u16 = 200;
@@ -551,11 +560,7 @@ fn pubacks_follow_publish_order_and_data_is_readable() {
     for pkid in 1..=COUNT {
         assert_eq!(client.recv(), puback(pkid, 0));
     }
-    let points = server.timeseries(&jwt, &id, "v", TS_BASE, TS_BASE + i64::from(COUNT) + 1);
-    let expected: Vec<Value> = (1..=COUNT)
-        .map(|i| json!({"ts": TS_BASE + i64::from(i), "value": i}))
-        .collect();
-    assert_eq!(points, expected);
+    assert_numbered_points(&server, &jwt, &id, COUNT);
 }
 
 /// Packets cut at arbitrary bytes across many reads (a slow link, a client that writes as it encodes): the
@@ -583,9 +588,5 @@ fn packets_split_across_reads_are_reassembled() {
     for pkid in 1..=COUNT {
         assert_eq!(client.recv(), puback(pkid, 0));
     }
-    let points = server.timeseries(&jwt, &id, "v", TS_BASE, TS_BASE + i64::from(COUNT) + 1);
-    let expected: Vec<Value> = (1..=COUNT)
-        .map(|i| json!({"ts": TS_BASE + i64::from(i), "value": i}))
-        .collect();
-    assert_eq!(points, expected);
+    assert_numbered_points(&server, &jwt, &id, COUNT);
 }

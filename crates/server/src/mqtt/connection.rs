@@ -291,9 +291,7 @@ impl Conn<'_> {
                 self.read_and_process(&mut buf, max)
             } else {
                 // A partial packet is pending: it keeps its own buffer until it is complete.
-                buf.reserve(READ_CHUNK);
-                read_outcome(self.stream.try_read_buf(&mut buf))
-                    .map(|read| read.then(|| self.process(&mut buf, max)).flatten())
+                self.read_own_and_process(&mut buf, max)
             };
             match read {
                 Ok(packet_end) => end = packet_end,
@@ -309,9 +307,7 @@ impl Conn<'_> {
         READ_BUF.with(|shared| {
             let Ok(mut shared) = shared.try_borrow_mut() else {
                 // Not reachable (nothing awaits while it is borrowed); fall back to the connection's own.
-                buf.reserve(READ_CHUNK);
-                let read = read_outcome(self.stream.try_read_buf(buf))?;
-                return Ok(read.then(|| self.process(buf, max)).flatten());
+                return self.read_own_and_process(buf, max);
             };
             shared.clear();
             // Reclaims the whole allocation once the previous read's payloads are dropped, which they are
@@ -327,6 +323,15 @@ impl Conn<'_> {
             shared.clear();
             Ok(end)
         })
+    }
+
+    /// Reads into the connection's own `buf` and handles every complete packet in it.
+    fn read_own_and_process(&mut self, buf: &mut BytesMut, max: usize) -> Result<Option<End>, End> {
+        buf.reserve(READ_CHUNK);
+        if !read_outcome(self.stream.try_read_buf(buf))? {
+            return Ok(None);
+        }
+        Ok(self.process(buf, max))
     }
 
     /// Handles every complete packet in `buf`; `Some` ends the connection.
