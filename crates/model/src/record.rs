@@ -18,6 +18,7 @@ pub const RECORD_VERSION: u8 = 1;
 
 const KIND_TELEMETRY: u8 = 1;
 const KIND_ATTRIBUTES: u8 = 2;
+const KIND_ATTRIBUTES_DELETED: u8 = 3;
 
 const TYPE_BOOLEAN: u8 = 0;
 const TYPE_LONG: u8 = 1;
@@ -101,6 +102,13 @@ pub enum Record {
         ts: i64,
         kvs: Vec<Kv>,
     },
+    /// Attribute keys of one device deleted from a scope, with the time of the delete (epoch milliseconds).
+    AttributesDeleted {
+        entity: u128,
+        scope: AttributeScope,
+        ts: i64,
+        keys: Vec<String>,
+    },
 }
 
 /// Why bytes could not be decoded as a record (or a scope name not parsed).
@@ -131,7 +139,9 @@ pub enum RecordError {
 impl Record {
     pub fn entity(&self) -> u128 {
         match self {
-            Record::Telemetry { entity, .. } | Record::Attributes { entity, .. } => *entity,
+            Record::Telemetry { entity, .. }
+            | Record::Attributes { entity, .. }
+            | Record::AttributesDeleted { entity, .. } => *entity,
         }
     }
 
@@ -142,6 +152,7 @@ impl Record {
                 records.iter().map(TsRecord::data_point_count).sum()
             }
             Record::Attributes { kvs, .. } => kvs.len(),
+            Record::AttributesDeleted { keys, .. } => keys.len(),
         }
     }
 
@@ -155,6 +166,12 @@ impl Record {
                 ts,
                 kvs,
             } => encode_attributes(*entity, *scope, *ts, kvs, out),
+            Record::AttributesDeleted {
+                entity,
+                scope,
+                ts,
+                keys,
+            } => encode_attributes_deleted(*entity, *scope, *ts, keys, out),
         }
     }
 
@@ -163,6 +180,7 @@ impl Record {
         match self {
             Record::Telemetry { records, .. } => telemetry_len(records),
             Record::Attributes { ts, kvs, .. } => attributes_len(*ts, kvs),
+            Record::AttributesDeleted { ts, keys, .. } => attributes_deleted_len(*ts, keys),
         }
     }
 
@@ -197,6 +215,23 @@ impl Record {
                     scope,
                     ts,
                     kvs,
+                }
+            }
+            KIND_ATTRIBUTES_DELETED => {
+                let code = reader.u8()?;
+                let scope = AttributeScope::from_code(code).ok_or(RecordError::Scope(code))?;
+                let ts = reader.zigzag()?;
+                // Each key takes at least one byte (its length).
+                let count = reader.count(1)?;
+                let mut keys = Vec::with_capacity(count);
+                for _ in 0..count {
+                    keys.push(reader.string()?);
+                }
+                Record::AttributesDeleted {
+                    entity,
+                    scope,
+                    ts,
+                    keys,
                 }
             }
             other => return Err(RecordError::Kind(other)),
@@ -234,6 +269,24 @@ pub fn encode_attributes(
     write_kvs(kvs, out);
 }
 
+/// Appends an attribute-delete record.
+pub fn encode_attributes_deleted(
+    entity: u128,
+    scope: AttributeScope,
+    ts: i64,
+    keys: &[String],
+    out: &mut Vec<u8>,
+) {
+    out.reserve(attributes_deleted_len(ts, keys));
+    write_header(KIND_ATTRIBUTES_DELETED, entity, out);
+    out.push(scope.code());
+    write_varint(zigzag(ts), out);
+    write_varint(keys.len() as u64, out);
+    for key in keys {
+        write_str(key, out);
+    }
+}
+
 const HEADER_LEN: usize = 2 + 16;
 
 fn telemetry_len(records: &[TsRecord]) -> usize {
@@ -247,6 +300,14 @@ fn telemetry_len(records: &[TsRecord]) -> usize {
 
 fn attributes_len(ts: i64, kvs: &[Kv]) -> usize {
     HEADER_LEN + 1 + varint_len(zigzag(ts)) + kvs_len(kvs)
+}
+
+fn attributes_deleted_len(ts: i64, keys: &[String]) -> usize {
+    HEADER_LEN
+        + 1
+        + varint_len(zigzag(ts))
+        + varint_len(keys.len() as u64)
+        + keys.iter().map(|k| str_len(k)).sum::<usize>()
 }
 
 fn kvs_len(kvs: &[Kv]) -> usize {

@@ -43,6 +43,18 @@ fn record_strategy() -> impl Strategy<Value = Record> {
                 }
             }
         ),
+        (
+            any::<u128>(),
+            proptest::sample::select(AttributeScope::ALL.to_vec()),
+            any::<i64>(),
+            proptest::collection::vec(".{0,8}", 0..4)
+        )
+            .prop_map(|(entity, scope, ts, keys)| Record::AttributesDeleted {
+                entity,
+                scope,
+                ts,
+                keys,
+            }),
     ]
 }
 
@@ -206,6 +218,24 @@ fn attributes_golden_bytes() {
     expected.extend_from_slice(&[0x01, b's', 0x03, 0x02, 0xc3, 0xa9]);
     expected.extend_from_slice(&[0x01, b'j', 0x04, 0x02, b'[', b']']);
     assert_eq!(encode(&record), expected);
+    assert_eq!(Record::decode(&expected), Ok(record));
+}
+
+#[test]
+fn attributes_deleted_golden_bytes() {
+    let record = Record::AttributesDeleted {
+        entity: 1,
+        scope: AttributeScope::Server,
+        ts: 1,
+        keys: vec!["a".to_owned(), "bc".to_owned()],
+    };
+    let mut expected = vec![0x01, 0x03];
+    expected.extend_from_slice(&1u128.to_be_bytes());
+    // SERVER, ts 1 (zig-zag 2), 2 keys: "a", "bc"
+    expected.extend_from_slice(&[0x01, 0x02, 0x02, 0x01, b'a', 0x02, b'b', b'c']);
+    assert_eq!(encode(&record), expected);
+    assert_eq!(record.encoded_len(), expected.len());
+    assert_eq!(record.data_point_count(), 2);
     assert_eq!(Record::decode(&expected), Ok(record));
 }
 

@@ -1,21 +1,26 @@
-//! Attribute reads of the telemetry plugin (reference 4.6): `keys/attributes[/{scope}]` and
-//! `values/attributes[/{scope}]`, answered from the attribute store after the device's processor caught up.
-//! Writes and deletes through REST, and pushing shared attributes to devices, come with device state.
+//! Attributes in the telemetry plugin's REST API (reference 4.6): reads (`keys/attributes[/{scope}]`,
+//! `values/attributes[/{scope}]`, answered from the attribute store after the device's processor caught
+//! up), saves (`attributes/{scope}`, the v1 `/{entityType}/{entityId}/{scope}` and the device v1
+//! `/{deviceId}/{scope}`) and deletes. Saves and deletes go through the ingest log like device writes: 200
+//! once durable; the processor applies them and pushes SHARED changes to the device.
 
 use std::str::FromStr;
 
+use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use fleetwire_model::record::AttributeScope;
+use fleetwire_model::{parse_attributes, Record};
 use serde_json::Value as JsonValue;
 
 use crate::api::auth::CurrentUser;
 use crate::api::error::ApiError;
 use crate::api::telemetry::{device_of, CATCH_UP_TIMEOUT};
 use crate::ingest::attributes::{split_keys, Attribute};
+use crate::ingest::now_ms;
 use crate::AppState;
 
 pub fn routes() -> Router<AppState> {
@@ -31,6 +36,153 @@ pub fn routes() -> Router<AppState> {
             &format!("{base}/values/attributes/{{scope}}"),
             get(values_scope),
         )
+        .route(&format!("{base}/attributes/{{scope}}"), post(save_v2))
+        .route(
+            &format!("{base}/{{scope}}"),
+            post(save_v1).delete(delete_v1),
+        )
+        // The device v1 paths `/{deviceId}/{scope}`; the router needs the same parameter names as the
+        // routes above at the same depth, so here `entity_type` is the device id and `entity_id` the scope.
+        .route(
+            "/api/plugins/telemetry/{entity_type}/{entity_id}",
+            post(save_device).delete(delete_device),
+        )
+}
+
+fn plain(message: impl Into<String>) -> ApiError {
+    ApiError::plain(StatusCode::BAD_REQUEST, message)
+}
+
+/// The scope of a save: SERVER_SCOPE or SHARED_SCOPE (CLIENT_SCOPE belongs to the device).
+fn writable_scope(name: &str) -> Result<AttributeScope, ApiError> {
+    match AttributeScope::from_str(name) {
+        Ok(scope @ (AttributeScope::Server | AttributeScope::Shared)) => Ok(scope),
+        _ => Err(plain(format!("Invalid scope: {name}"))),
+    }
+}
+
+/// Checks a REST attribute body as ThingsBoard does, then types its values with the device payload rules.
+/// Unlike the device APIs, which skip `null` values, REST refuses them.
+fn attributes_body(body: &[u8]) -> Result<Vec<fleetwire_model::Kv>, ApiError> {
+    let json: JsonValue =
+        serde_json::from_slice(body).map_err(|_| plain("Request is not a JSON object"))?;
+    let JsonValue::Object(object) = &json else {
+        return Err(plain("Request is not a JSON object"));
+    };
+    if object.is_empty() {
+        return Err(plain("No attributes data found in request body!"));
+    }
+    for (key, value) in object {
+        if key.trim().is_empty() {
+            return Err(plain("Key cannot be blank"));
+        }
+        if value.is_null() {
+            return Err(plain(format!("Value of attribute {key} is null")));
+        }
+    }
+    parse_attributes(body).map_err(|e| plain(format!("Invalid attributes payload: {e}")))
+}
+
+async fn save(
+    state: &AppState,
+    user: &CurrentUser,
+    (entity_type, entity_id): (&str, &str),
+    scope: &str,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let device = device_of(state, user, entity_type, entity_id).await?;
+    let scope = writable_scope(scope)?;
+    let kvs = attributes_body(body)?;
+    let record = Record::Attributes {
+        entity: device.as_u128(),
+        scope,
+        ts: now_ms(),
+        kvs,
+    };
+    state.ingest.write(device, &record).await?;
+    Ok(StatusCode::OK.into_response())
+}
+
+async fn delete(
+    state: &AppState,
+    user: &CurrentUser,
+    (entity_type, entity_id): (&str, &str),
+    scope: &str,
+    query: Option<&str>,
+) -> Result<Response, ApiError> {
+    let device = device_of(state, user, entity_type, entity_id).await?;
+    let scope = scopes(Some(scope))?[0];
+    let keys = query_keys(query);
+    if keys.is_empty() {
+        return Err(plain("Empty keys: []"));
+    }
+    let record = Record::AttributesDeleted {
+        entity: device.as_u128(),
+        scope,
+        ts: now_ms(),
+        keys,
+    };
+    state.ingest.write(device, &record).await?;
+    Ok(StatusCode::OK.into_response())
+}
+
+async fn save_v2(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path((entity_type, entity_id, scope)): Path<(String, String, String)>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    save(&state, &user, (&entity_type, &entity_id), &scope, &body).await
+}
+
+async fn save_v1(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path((entity_type, entity_id, scope)): Path<(String, String, String)>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    save(&state, &user, (&entity_type, &entity_id), &scope, &body).await
+}
+
+async fn save_device(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path((device_id, scope)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    save(&state, &user, ("DEVICE", &device_id), &scope, &body).await
+}
+
+async fn delete_v1(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path((entity_type, entity_id, scope)): Path<(String, String, String)>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    delete(
+        &state,
+        &user,
+        (&entity_type, &entity_id),
+        &scope,
+        query.as_deref(),
+    )
+    .await
+}
+
+async fn delete_device(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path((device_id, scope)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    delete(
+        &state,
+        &user,
+        ("DEVICE", &device_id),
+        &scope,
+        query.as_deref(),
+    )
+    .await
 }
 
 /// The scopes a request names; without one, ThingsBoard concatenates CLIENT, SERVER and SHARED.

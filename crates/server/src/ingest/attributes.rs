@@ -33,6 +33,9 @@ pub struct Attribute {
 
 type Key = (u128, AttributeScope);
 
+/// One dirty key on its way to the database: its current value, or `None` when it was deleted.
+type Change = (u128, AttributeScope, String, Option<(i64, Value)>);
+
 /// Splits ThingsBoard's comma-separated key list (`"a, b,c"`), skipping empty names.
 pub fn split_keys(list: &str) -> Vec<&str> {
     list.split(',')
@@ -128,6 +131,42 @@ impl AttributeStore {
         }
     }
 
+    /// Deletes attribute keys of an entity in one scope; keys it does not hold are ignored. Returns the
+    /// keys that existed.
+    pub fn delete(&self, entity: u128, scope: AttributeScope, keys: &[String]) -> Vec<String> {
+        let mut state = self.state.lock();
+        let State { values, dirty } = &mut *state;
+        let Some(map) = values.get_mut(&(entity, scope)) else {
+            return Vec::new();
+        };
+        let mut removed = Vec::new();
+        for key in keys {
+            if map.remove(key).is_some() {
+                // A dirty key with no value is deleted from the database at the next persist.
+                dirty.insert((entity, scope, key.clone()));
+                removed.push(key.clone());
+            }
+        }
+        if map.is_empty() {
+            values.remove(&(entity, scope));
+        }
+        removed
+    }
+
+    /// Forgets every attribute of an entity (a deleted device): memory now, the database at the next
+    /// persist.
+    pub fn delete_entity(&self, entity: u128) {
+        let mut state = self.state.lock();
+        let State { values, dirty } = &mut *state;
+        for scope in AttributeScope::ALL {
+            if let Some(map) = values.remove(&(entity, scope)) {
+                for key in map.into_keys() {
+                    dirty.insert((entity, scope, key));
+                }
+            }
+        }
+    }
+
     /// The attributes of an entity in one scope, all of them when `keys` is empty, sorted by key.
     pub fn get(&self, entity: u128, scope: AttributeScope, keys: &[&str]) -> Vec<Attribute> {
         let state = self.state.lock();
@@ -187,7 +226,7 @@ impl AttributeStore {
     /// that are not yet committed. Lock order: `db`, then `state`.
     pub fn persist(&self) -> Result<(), AttributeError> {
         let mut db = self.db.lock();
-        let batch: Vec<(u128, AttributeScope, String, i64, Value)> = {
+        let batch: Vec<Change> = {
             let mut state = self.state.lock();
             if state.dirty.is_empty() {
                 return Ok(());
@@ -195,9 +234,14 @@ impl AttributeStore {
             let dirty = std::mem::take(&mut state.dirty);
             dirty
                 .into_iter()
-                .filter_map(|(entity, scope, key)| {
-                    let (ts, value) = state.values.get(&(entity, scope))?.get(&key)?.clone();
-                    Some((entity, scope, key, ts, value))
+                .map(|(entity, scope, key)| {
+                    // No value any more: the key was deleted.
+                    let current = state
+                        .values
+                        .get(&(entity, scope))
+                        .and_then(|map| map.get(&key))
+                        .cloned();
+                    (entity, scope, key, current)
                 })
                 .collect()
         };
@@ -205,7 +249,7 @@ impl AttributeStore {
         if result.is_err() {
             // Put the keys back so the next checkpoint retries; the log still holds the records.
             let mut state = self.state.lock();
-            for (entity, scope, key, _, _) in batch {
+            for (entity, scope, key, _) in batch {
                 state.dirty.insert((entity, scope, key));
             }
         }
@@ -215,16 +259,23 @@ impl AttributeStore {
 
 fn write_batch(
     db: &mut Connection,
-    batch: &[(u128, AttributeScope, String, i64, Value)],
+    batch: &[Change],
 ) -> Result<(), AttributeError> {
     let tx = db.transaction()?;
     {
         let mut stmt = tx.prepare_cached(
                 "INSERT OR REPLACE INTO attribute (entity, scope, key, ts, type, value) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )?;
-        for (entity, scope, key, ts, value) in batch {
+        let mut delete = tx.prepare_cached(
+            "DELETE FROM attribute WHERE entity = ?1 AND scope = ?2 AND key = ?3",
+        )?;
+        for (entity, scope, key, current) in batch {
             let entity = entity.to_be_bytes();
             let scope = scope_code(*scope);
+            let Some((ts, value)) = current else {
+                delete.execute(params![&entity[..], scope, key])?;
+                continue;
+            };
             match value {
                 Value::Bool(b) => {
                     stmt.execute(params![&entity[..], scope, key, ts, 0, i64::from(*b)])?
@@ -295,5 +346,41 @@ mod tests {
             }]
         );
         assert!(store.get(8, AttributeScope::Client, &[]).is_empty());
+    }
+
+    #[test]
+    fn deletes_reach_the_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.sqlite3");
+        {
+            let store = AttributeStore::open(&path).unwrap();
+            store.apply(
+                7,
+                AttributeScope::Shared,
+                1,
+                &[kv("a", Value::Long(1)), kv("b", Value::Long(2))],
+            );
+            store.apply(7, AttributeScope::Server, 1, &[kv("s", Value::Long(3))]);
+            store.apply(9, AttributeScope::Client, 1, &[kv("c", Value::Long(4))]);
+            store.persist().unwrap();
+            let removed = store.delete(7, AttributeScope::Shared, &["a".into(), "zz".into()]);
+            assert_eq!(removed, vec!["a".to_string()]);
+            // A key deleted before it was ever persisted leaves nothing behind either.
+            store.apply(
+                7,
+                AttributeScope::Shared,
+                2,
+                &[kv("new", Value::Bool(true))],
+            );
+            store.delete(7, AttributeScope::Shared, &["new".into()]);
+            store.delete_entity(9);
+            store.persist().unwrap();
+        }
+        let store = AttributeStore::open(&path).unwrap();
+        let shared = store.get(7, AttributeScope::Shared, &[]);
+        assert_eq!(shared.len(), 1);
+        assert_eq!(shared[0].key, "b");
+        assert_eq!(store.get(7, AttributeScope::Server, &[]).len(), 1);
+        assert!(store.get(9, AttributeScope::Client, &[]).is_empty());
     }
 }

@@ -8,13 +8,14 @@ use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use fleetwire_entities::DeviceAuth;
 use fleetwire_model::Record;
 use serde::Deserialize;
 
 use super::attributes::split_keys;
+use super::events::{OneShot, Update};
 use super::{client_attributes_record, telemetry_record};
 use crate::api::error::ApiError;
 use crate::AppState;
@@ -26,6 +27,49 @@ pub fn routes() -> Router<AppState> {
             "/api/v1/{token}/attributes",
             post(post_attributes).get(get_attributes),
         )
+        .route("/api/v1/{token}/attributes/updates", get(attribute_updates))
+}
+
+/// The longest a long-poll may wait, whatever it asks for (ThingsBoard's hard cap).
+const LONG_POLL_MS_MAX: u64 = 300_000;
+/// The wait of a long-poll that names none (or 0).
+const LONG_POLL_MS_DEFAULT: u64 = 60_000;
+
+#[derive(Deserialize)]
+struct LongPoll {
+    timeout: Option<u64>,
+}
+
+/// `GET /api/v1/{token}/attributes/updates?timeout=ms`: waits for the next SHARED attribute change of the
+/// device and answers it as the MQTT push would (`{"k":v}` / `{"deleted":[…]}`); 408 when none came.
+async fn attribute_updates(
+    State(state): State<AppState>,
+    Path(token): Path<String>,
+    Query(poll): Query<LongPoll>,
+) -> Response {
+    let device = match device(&state, &token) {
+        Ok(device) => device,
+        Err(refused) => return refused.into_response(),
+    };
+    let wait_ms = match poll.timeout {
+        None | Some(0) => LONG_POLL_MS_DEFAULT,
+        Some(ms) => ms.min(LONG_POLL_MS_MAX),
+    };
+    let (subscriber, update) = OneShot::new();
+    // Deregisters however the request ends, also when the client goes away and axum drops this future.
+    let _registration = state
+        .ingest
+        .events()
+        .subscribe_scoped(device.device_id, subscriber);
+    let outcome = tokio::time::timeout(std::time::Duration::from_millis(wait_ms), update).await;
+    match outcome {
+        Ok(Ok(Update::SharedAttributes(body))) => (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response(),
+        _ => StatusCode::REQUEST_TIMEOUT.into_response(),
+    }
 }
 
 fn device(state: &AppState, token: &str) -> Result<DeviceAuth, StatusCode> {

@@ -8,6 +8,7 @@
 //! a crash replays exactly what was not yet persisted.
 
 pub mod attributes;
+pub mod events;
 pub mod http;
 mod processor;
 
@@ -56,6 +57,7 @@ pub struct Ingest {
     durable: watch::Receiver<u64>,
     tsdb: Arc<Tsdb>,
     attributes: Arc<AttributeStore>,
+    events: Arc<events::Events>,
     progress: Arc<Vec<PartitionProgress>>,
     shutdown: Arc<AtomicBool>,
     processors: Mutex<Vec<std::thread::JoinHandle<()>>>,
@@ -101,6 +103,7 @@ impl Ingest {
                 .collect(),
         );
         let shutdown = Arc::new(AtomicBool::new(false));
+        let events = Arc::new(events::Events::default());
         let mut processors = Vec::new();
         for partition in 0..partitions {
             let worker = processor::Processor {
@@ -108,6 +111,7 @@ impl Ingest {
                 log: log.clone(),
                 tsdb: tsdb.clone(),
                 attributes: attributes.clone(),
+                events: events.clone(),
                 progress: progress.clone(),
                 shutdown: shutdown.clone(),
                 head_age_max: Duration::from_secs(config.tsdb.head_age_max_s),
@@ -125,6 +129,7 @@ impl Ingest {
             durable,
             tsdb,
             attributes,
+            events,
             progress,
             shutdown,
             processors: Mutex::new(processors),
@@ -226,6 +231,11 @@ impl Ingest {
 
     pub fn attributes(&self) -> &AttributeStore {
         &self.attributes
+    }
+
+    /// Updates the processors publish for devices once records are applied.
+    pub fn events(&self) -> &events::Events {
+        &self.events
     }
 
     pub fn log(&self) -> &Log {

@@ -12,10 +12,13 @@ use std::time::{Duration, Instant};
 use std::collections::VecDeque;
 
 use fleetwire_log::Log;
+use fleetwire_model::record::AttributeScope;
 use fleetwire_model::Record;
 use fleetwire_tsdb::{Source, Tsdb};
+use uuid::Uuid;
 
 use super::attributes::AttributeStore;
+use super::events::{Events, Update};
 use super::PartitionProgress;
 
 /// How often the processor seals old heads, persists and checkpoints.
@@ -28,6 +31,7 @@ pub(super) struct Processor {
     pub log: Arc<Log>,
     pub tsdb: Arc<Tsdb>,
     pub attributes: Arc<AttributeStore>,
+    pub events: Arc<Events>,
     pub progress: Arc<Vec<PartitionProgress>>,
     pub shutdown: Arc<AtomicBool>,
     /// Heads holding log records older than this are sealed, so the log behind them can be reclaimed.
@@ -140,6 +144,24 @@ impl Processor {
                 kvs,
             }) => {
                 self.attributes.apply(entity, scope, ts, &kvs);
+                // Only SHARED changes are pushed to the device (reference 1.7).
+                if scope == AttributeScope::Shared && !kvs.is_empty() {
+                    self.events
+                        .publish(Uuid::from_u128(entity), &Update::shared_saved(&kvs));
+                }
+                Ok(())
+            }
+            Ok(Record::AttributesDeleted {
+                entity,
+                scope,
+                ts: _,
+                keys,
+            }) => {
+                self.attributes.delete(entity, scope, &keys);
+                if scope == AttributeScope::Shared && !keys.is_empty() {
+                    self.events
+                        .publish(Uuid::from_u128(entity), &Update::shared_deleted(&keys));
+                }
                 Ok(())
             }
             // Records are validated before they are appended and CRC-checked by the log, so this means a

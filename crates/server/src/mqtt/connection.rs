@@ -8,6 +8,7 @@
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -21,8 +22,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::requests;
-use super::sessions::{CloseSignal, SessionGuard};
+use super::sessions::{CloseSignal, Outbox, SessionGuard};
 use super::topics::{self, DeviceTopic};
+use crate::ingest::events::{SubscriptionId, Update};
 use crate::ingest::{client_attributes_record, telemetry_record};
 use crate::AppState;
 
@@ -69,6 +71,10 @@ struct Conn<'a> {
     subscriptions: Vec<(String, QoS)>,
     /// Packet id of the next server-to-device QoS 1 PUBLISH.
     next_pkid: u16,
+    /// Woken to close the session or to publish what the outbox holds.
+    signal: Arc<CloseSignal>,
+    /// SHARED attribute updates for this device, while it subscribes to them (reference 1.7).
+    attribute_updates: Option<(SubscriptionId, Arc<Outbox>)>,
 }
 
 /// Serves one accepted TCP connection until it closes.
@@ -97,10 +103,13 @@ pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
         wait_seq: 0,
         subscriptions: Vec::new(),
         next_pkid: 1,
+        signal: guard.signal.clone(),
+        attribute_updates: None,
     };
     // The close signal is watched only between batches (inside `run`), never in the middle of a write,
     // so a DISCONNECT never follows a half-written packet.
-    let end = conn.run(buf, &guard.signal).await;
+    let end = conn.run(buf).await;
+    conn.stop_attribute_updates();
     if let End::Server(Some(code)) = end {
         if conn.protocol == Protocol::V5 {
             let out = disconnect_bytes(code);
@@ -259,7 +268,8 @@ async fn send_connack(stream: &mut TcpStream, protocol: Protocol, code: u8) -> s
 }
 
 impl Conn<'_> {
-    async fn run(&mut self, mut buf: BytesMut, close: &CloseSignal) -> End {
+    async fn run(&mut self, mut buf: BytesMut) -> End {
+        let signal = self.signal.clone();
         let max = packet_limit(self.state);
         // The first batch may be packets the client pipelined behind its CONNECT.
         let mut end = self.process(&mut buf, max);
@@ -285,7 +295,13 @@ impl Conn<'_> {
                     Ok(Err(_)) => return End::Client,
                     Ok(Ok(())) => {}
                 },
-                reason = close.closed() => return End::Server(Some(reason)),
+                signaled = signal.signaled() => match signaled {
+                    Some(reason) => return End::Server(Some(reason)),
+                    None => {
+                        self.publish_updates();
+                        continue;
+                    }
+                },
             }
             let read = if buf.is_empty() {
                 self.read_and_process(&mut buf, max)
@@ -553,6 +569,59 @@ impl Conn<'_> {
         }));
     }
 
+    /// Publishes the SHARED attribute updates queued for this device on the topic it subscribed them with.
+    fn publish_updates(&mut self) {
+        let Some((_, outbox)) = &self.attribute_updates else {
+            return;
+        };
+        let updates = outbox.drain();
+        let Some(topic) = self
+            .subscriptions
+            .iter()
+            .map(|(filter, _)| filter.as_str())
+            .find(|filter| topics::is_attribute_updates(filter))
+            .map(str::to_owned)
+        else {
+            return;
+        };
+        for update in updates {
+            match update {
+                Update::SharedAttributes(body) => self.publish_to_device(topic.clone(), body),
+            }
+        }
+    }
+
+    /// Registers for SHARED attribute updates once the device subscribes to them, and deregisters when it
+    /// no longer subscribes to any attribute-update topic.
+    fn sync_attribute_updates(&mut self) {
+        let wanted = self
+            .subscriptions
+            .iter()
+            .any(|(filter, _)| topics::is_attribute_updates(filter));
+        match (wanted, self.attribute_updates.is_some()) {
+            (true, false) => {
+                let outbox = Arc::new(Outbox::new(self.signal.clone()));
+                let id = self
+                    .state
+                    .ingest
+                    .events()
+                    .subscribe(self.device.device_id, outbox.clone());
+                self.attribute_updates = Some((id, outbox));
+            }
+            (false, true) => self.stop_attribute_updates(),
+            _ => {}
+        }
+    }
+
+    fn stop_attribute_updates(&mut self) {
+        if let Some((id, _)) = self.attribute_updates.take() {
+            self.state
+                .ingest
+                .events()
+                .unsubscribe(self.device.device_id, id);
+        }
+    }
+
     fn subscribe(&mut self, subscribe: Subscribe) {
         let v5 = self.protocol == Protocol::V5;
         let mut codes = Vec::with_capacity(subscribe.filters.len());
@@ -585,6 +654,7 @@ impl Conn<'_> {
             return_codes: codes,
             properties: Default::default(),
         }));
+        self.sync_attribute_updates();
     }
 
     fn unsubscribe(&mut self, unsubscribe: Unsubscribe) {
@@ -601,6 +671,7 @@ impl Conn<'_> {
         if self.protocol != Protocol::V5 {
             reasons.clear();
         }
+        self.sync_attribute_updates();
         self.send(Packet::UnsubAck(UnsubAck {
             pkid: unsubscribe.pkid,
             reasons,

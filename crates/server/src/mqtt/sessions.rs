@@ -2,7 +2,7 @@
 //! (`ACTORS_MAX_CONCURRENT_SESSION_PER_DEVICE = 1`). A new connection evicts the old one; deleting a device
 //! or changing its credentials closes its session.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -10,15 +10,19 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use uuid::Uuid;
 
+use crate::ingest::events::{Subscriber, Update};
+
 /// Why the server closes a session, as an MQTT 5 reason code (3.x connections are simply closed).
 pub mod close_reason {
     /// Another connection authenticated as the same device.
     pub const SESSION_TAKEN_OVER: u8 = 0x8E;
     /// The device was deleted or its credentials changed.
     pub const ADMINISTRATIVE_ACTION: u8 = 0x98;
+    /// The device let its updates pile up (it does not read).
+    pub const QUOTA_EXCEEDED: u8 = 0x97;
 }
 
-/// The signal a connection task waits on to learn it must close.
+/// The signal a connection task waits on between batches: it must close, or its [`Outbox`] has updates.
 #[derive(Default)]
 pub struct CloseSignal {
     notify: Notify,
@@ -31,10 +35,69 @@ impl CloseSignal {
         self.notify.notify_one();
     }
 
+    /// Wakes the connection without closing it (its outbox has something).
+    pub fn wake(&self) {
+        self.notify.notify_one();
+    }
+
+    /// Resolves once [`CloseSignal::close`] or [`CloseSignal::wake`] was called: `Some(reason)` when the
+    /// connection must close, `None` when it was only woken.
+    pub async fn signaled(&self) -> Option<u8> {
+        self.notify.notified().await;
+        match self.reason.load(Ordering::Acquire) {
+            0 => None,
+            reason => Some(reason),
+        }
+    }
+
     /// Resolves with the close reason once [`CloseSignal::close`] was called.
     pub async fn closed(&self) -> u8 {
-        self.notify.notified().await;
-        self.reason.load(Ordering::Acquire)
+        loop {
+            if let Some(reason) = self.signaled().await {
+                return reason;
+            }
+        }
+    }
+}
+
+/// Most updates a session's outbox holds before the session is closed as too slow: a device that stops
+/// reading must not make the server hold its updates without bound.
+pub const OUTBOX_UPDATES_MAX: usize = 1024;
+
+/// Updates waiting to be published to one MQTT session (SHARED attribute pushes), allocated only once the
+/// device subscribes to them.
+pub struct Outbox {
+    signal: Arc<CloseSignal>,
+    queue: Mutex<VecDeque<Update>>,
+}
+
+impl Outbox {
+    pub fn new(signal: Arc<CloseSignal>) -> Outbox {
+        Outbox {
+            signal,
+            queue: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// Takes everything queued.
+    pub fn drain(&self) -> VecDeque<Update> {
+        std::mem::take(&mut *self.queue.lock())
+    }
+}
+
+impl Subscriber for Outbox {
+    fn deliver(&self, update: &Update) -> bool {
+        let mut queue = self.queue.lock();
+        if queue.len() >= OUTBOX_UPDATES_MAX {
+            drop(queue);
+            tracing::debug!("a session's outbox overflowed; closing it");
+            self.signal.close(close_reason::QUOTA_EXCEEDED);
+            return false;
+        }
+        queue.push_back(update.clone());
+        drop(queue);
+        self.signal.wake();
+        true
     }
 }
 

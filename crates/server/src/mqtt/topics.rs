@@ -82,6 +82,11 @@ const GATEWAY_FILTERS: &[&str] = &[
 ];
 
 /// Whether a SUBSCRIBE filter is granted for a device (or gateway) session.
+/// The subscriptions that receive SHARED attribute updates (reference 1.4, 1.13).
+pub fn is_attribute_updates(filter: &str) -> bool {
+    matches!(filter, "v1/devices/me/attributes" | "v2/a" | "v2/a/j")
+}
+
 pub fn subscription_allowed(filter: &str, gateway: bool) -> bool {
     DEVICE_FILTERS.contains(&filter) || (gateway && GATEWAY_FILTERS.contains(&filter))
 }
