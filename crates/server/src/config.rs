@@ -44,6 +44,19 @@ pub struct Config {
     pub bootstrap: BootstrapConfig,
     pub log: LogConfig,
     pub tsdb: TsdbConfig,
+    pub activity: ActivityConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ActivityConfig {
+    /// A device without uplinks for this long is marked inactive, unless its `inactivityTimeout` SERVER
+    /// attribute (ms) says otherwise.
+    pub inactivity_timeout_ms: u64,
+    /// How often devices are checked for inactivity.
+    pub check_interval_ms: u64,
+    /// A connected device's uplinks are written as activity at most this often.
+    pub report_interval_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -157,6 +170,7 @@ impl Default for Config {
             bootstrap: BootstrapConfig::default(),
             log: LogConfig::default(),
             tsdb: TsdbConfig::default(),
+            activity: ActivityConfig::default(),
         }
     }
 }
@@ -199,6 +213,16 @@ impl Default for BootstrapConfig {
             sysadmin_password: String::new(),
             tenant_admin_password: String::new(),
             demo: false,
+        }
+    }
+}
+
+impl Default for ActivityConfig {
+    fn default() -> Self {
+        ActivityConfig {
+            inactivity_timeout_ms: 600_000,
+            check_interval_ms: 60_000,
+            report_interval_ms: 3_000,
         }
     }
 }
@@ -265,6 +289,13 @@ impl Config {
         if let Some(v) = get("FLEETWIRE_HTTP_PORT") {
             self.http.port = parsed("FLEETWIRE_HTTP_PORT", v)?;
         }
+        if let Some(v) = get("FLEETWIRE_ACTIVITY_CHECK_INTERVAL_MS") {
+            self.activity.check_interval_ms = parsed("FLEETWIRE_ACTIVITY_CHECK_INTERVAL_MS", v)?;
+        }
+        if let Some(v) = get("FLEETWIRE_ACTIVITY_INACTIVITY_TIMEOUT_MS") {
+            self.activity.inactivity_timeout_ms =
+                parsed("FLEETWIRE_ACTIVITY_INACTIVITY_TIMEOUT_MS", v)?;
+        }
         if let Some(v) = get("FLEETWIRE_DATA_DIR") {
             self.data_dir = PathBuf::from(v);
         }
@@ -316,6 +347,11 @@ impl Config {
         }
         if self.auth.access_token_ttl_s == 0 || self.auth.refresh_token_ttl_s == 0 {
             return bad("auth token lifetimes must be positive");
+        }
+        if self.activity.check_interval_ms == 0 || self.activity.inactivity_timeout_ms == 0 {
+            return bad(
+                "activity.check_interval_ms and activity.inactivity_timeout_ms must be positive",
+            );
         }
         Ok(())
     }

@@ -9,6 +9,7 @@
 //! - [`api`]: the ThingsBoard-compatible REST API.
 //! - [`serve`]: starts everything and runs until shutdown.
 
+pub mod activity;
 pub mod api;
 pub mod config;
 pub mod ingest;

@@ -88,6 +88,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         );
     }
 
+    tokio::spawn(crate::activity::run_checks(state.clone()));
     tokio::spawn(crate::mqtt::run(state.clone(), mqtt));
     let app = crate::api::router(state.clone());
     axum::serve(http, app)

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::activity::Activity;
 use crate::api::auth::Auth;
 use crate::config::Config;
 use crate::ingest::Ingest;
@@ -23,6 +24,8 @@ pub struct Shared {
     pub ingest: Ingest,
     /// Connected MQTT device sessions.
     pub sessions: Sessions,
+    /// Device activity: `active`, `lastActivityTime` and the inactivity check.
+    pub activity: Activity,
 }
 
 impl std::ops::Deref for AppState {
@@ -58,12 +61,14 @@ impl AppState {
         let auth = Auth::new(&config.auth, &config.data_dir)
             .map_err(|e| StartError::Auth(e.to_string()))?;
         let ingest = Ingest::open(&config)?;
+        let config_activity = config.activity.clone();
         let state = AppState(Arc::new(Shared {
             config,
             entities,
             auth,
             ingest,
             sessions: Sessions::default(),
+            activity: Activity::new(config_activity),
         }));
         // A deleted device or changed credentials end the device's session (reference 1.1). The callback
         // holds a weak reference so the state can still be dropped.

@@ -5,7 +5,10 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use fleetwire_entities::password::random_alphanumeric;
-use fleetwire_entities::{CredentialsDraft, Device, DeviceDraft, DeviceFilter, Entities, PageData};
+use fleetwire_entities::{
+    CredentialsDraft, Device, DeviceDraft, DeviceFilter, Entities, PageData, PageQuery,
+};
+use fleetwire_model::record::AttributeScope;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -17,6 +20,7 @@ use super::extract::{parse_uuid, IdPath, JsonBody, Query};
 use super::json::{entity_id, opt_entity_id, uuid_of, IdIn};
 use super::page::{page_json, PageParams};
 use super::{blocking, owned};
+use crate::activity::ACTIVE;
 use crate::AppState;
 
 /// ThingsBoard's Device JSON.
@@ -39,15 +43,24 @@ pub fn device_json(d: &Device) -> Value {
     })
 }
 
-/// DeviceInfo = Device + customer and profile names + `active`. Activity is tracked by the processors,
-/// which do not report it here yet: `active` is false.
-pub fn device_info_json(d: &Device) -> Value {
+/// DeviceInfo = Device + customer and profile names + `active`, the device's `active` SERVER attribute
+/// (false until it was ever active; reference 6).
+pub fn device_info_json(state: &AppState, d: &Device) -> Value {
     let mut info = device_json(d);
     info["customerTitle"] = Value::Null;
     info["customerIsPublic"] = json!(false);
     info["deviceProfileName"] = json!(d.profile_name);
-    info["active"] = json!(false);
+    info["active"] = json!(is_active(state, d.id));
     info
+}
+
+fn is_active(state: &AppState, device: Uuid) -> bool {
+    state
+        .ingest
+        .attributes()
+        .get(device.as_u128(), AttributeScope::Server, &[ACTIVE])
+        .first()
+        .is_some_and(|a| a.value == fleetwire_model::Value::Bool(true))
 }
 
 /// A Device as clients send it; server-managed fields (tenant, customer, created time) are ignored.
@@ -242,7 +255,7 @@ async fn get_device_info(
 ) -> Result<Json<Value>, ApiError> {
     let tenant_id = caller.tenant_admin()?;
     let device = blocking(&state, move |e| owned_device(e, tenant_id, id)).await?;
-    Ok(Json(device_info_json(&device)))
+    Ok(Json(device_info_json(&state, &device)))
 }
 
 async fn delete_device(
@@ -350,36 +363,78 @@ async fn tenant_device_infos(
     Query(params): Query<ListParams>,
 ) -> Result<Json<Value>, ApiError> {
     let tenant_id = caller.tenant_admin()?;
-    // No device is active until activity tracking reports here (see device_info_json).
-    if params.active.as_deref() == Some("true") {
-        params.page.query()?;
-        let empty: PageData<Device> = PageData {
-            data: Vec::new(),
-            total_pages: 0,
-            total_elements: 0,
-            has_next: false,
+    let wanted = match params.active.as_deref() {
+        None | Some("") => None,
+        Some(flag) => Some(flag.eq_ignore_ascii_case("true")),
+    };
+    let Some(wanted) = wanted else {
+        let render_state = state.clone();
+        return list(state, tenant_id, params, move |d| {
+            device_info_json(&render_state, d)
+        })
+        .await;
+    };
+    // `active` lives in the attribute store, not in SQL: page through the filtered devices in order and
+    // keep the requested page of those whose activity matches.
+    let query = params.page.query()?;
+    let filter = device_filter(&params)?;
+    let activity_state = state.clone();
+    let page = blocking(&state, move |e| {
+        let mut matching = Vec::new();
+        let mut scan = PageQuery {
+            page_size: 1000,
+            page: 0,
+            ..query.clone()
         };
-        return Ok(Json(page_json(&empty, device_info_json)));
-    }
-    list(state, tenant_id, params, device_info_json).await
+        loop {
+            let batch = e.devices(tenant_id, &filter, &scan)?;
+            matching.extend(
+                batch
+                    .data
+                    .into_iter()
+                    .filter(|d| is_active(&activity_state, d.id) == wanted),
+            );
+            if !batch.has_next {
+                break;
+            }
+            scan.page += 1;
+        }
+        let size = query.page_size as usize;
+        let total = matching.len() as u64;
+        let start = (query.page as usize).saturating_mul(size);
+        let data: Vec<Device> = matching.into_iter().skip(start).take(size).collect();
+        let total_pages = total.div_ceil(size as u64);
+        Ok(PageData {
+            has_next: u64::from(query.page) + 1 < total_pages,
+            data,
+            total_pages,
+            total_elements: total,
+        })
+    })
+    .await?;
+    Ok(Json(page_json(&page, |d| device_info_json(&state, d))))
 }
 
-async fn list(
-    state: AppState,
-    tenant_id: Uuid,
-    params: ListParams,
-    render: fn(&Device) -> Value,
-) -> Result<Json<Value>, ApiError> {
-    let query = params.page.query()?;
-    let filter = DeviceFilter {
-        profile_name: params.device_type.filter(|t| !t.is_empty()),
+fn device_filter(params: &ListParams) -> Result<DeviceFilter, ApiError> {
+    Ok(DeviceFilter {
+        profile_name: params.device_type.clone().filter(|t| !t.is_empty()),
         profile_id: params
             .device_profile_id
             .as_deref()
             .filter(|t| !t.is_empty())
             .map(parse_uuid)
             .transpose()?,
-    };
+    })
+}
+
+async fn list(
+    state: AppState,
+    tenant_id: Uuid,
+    params: ListParams,
+    render: impl Fn(&Device) -> Value,
+) -> Result<Json<Value>, ApiError> {
+    let query = params.page.query()?;
+    let filter = device_filter(&params)?;
     let page = blocking(&state, move |e| Ok(e.devices(tenant_id, &filter, &query)?)).await?;
     Ok(Json(page_json(&page, render)))
 }

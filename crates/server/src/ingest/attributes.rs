@@ -167,6 +167,17 @@ impl AttributeStore {
         }
     }
 
+    /// Every entity holding `key` in `scope`, with its value.
+    pub fn entities_with(&self, scope: AttributeScope, key: &str) -> Vec<(u128, Value)> {
+        let state = self.state.lock();
+        state
+            .values
+            .iter()
+            .filter(|((_, s), _)| *s == scope)
+            .filter_map(|((entity, _), map)| map.get(key).map(|(_, v)| (*entity, v.clone())))
+            .collect()
+    }
+
     /// The attributes of an entity in one scope, all of them when `keys` is empty, sorted by key.
     pub fn get(&self, entity: u128, scope: AttributeScope, keys: &[&str]) -> Vec<Attribute> {
         let state = self.state.lock();
@@ -257,10 +268,7 @@ impl AttributeStore {
     }
 }
 
-fn write_batch(
-    db: &mut Connection,
-    batch: &[Change],
-) -> Result<(), AttributeError> {
+fn write_batch(db: &mut Connection, batch: &[Change]) -> Result<(), AttributeError> {
     let tx = db.transaction()?;
     {
         let mut stmt = tx.prepare_cached(

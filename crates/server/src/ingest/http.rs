@@ -72,12 +72,18 @@ async fn attribute_updates(
     }
 }
 
+/// The device a request's token names; each request is a short session of its own and counts as activity
+/// (reference 3, 6).
 fn device(state: &AppState, token: &str) -> Result<DeviceAuth, StatusCode> {
     // Unknown token: 401 with an empty body, as ThingsBoard answers.
-    state
+    let device = state
         .entities
         .device_by_access_token(token)
-        .ok_or(StatusCode::UNAUTHORIZED)
+        .ok_or(StatusCode::UNAUTHORIZED)?;
+    state
+        .activity
+        .http_request(&state.ingest, device.device_id, super::now_ms());
+    Ok(device)
 }
 
 async fn store(state: &AppState, device: &DeviceAuth, record: Record) -> Response {

@@ -225,6 +225,23 @@ impl Ingest {
         }
     }
 
+    /// Waits until every partition's processor has applied what the log held when this call started: after
+    /// a start, until the replay is done.
+    pub async fn caught_up_all(&self) {
+        for partition in 0..self.partitions {
+            let Ok(target) = self.log.end_offset(u32::from(partition)) else {
+                continue;
+            };
+            let progress = &self.progress[usize::from(partition)];
+            while progress.applied.load(Ordering::Acquire) < target {
+                if self.shutdown.load(Ordering::Relaxed) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+
     pub fn tsdb(&self) -> &Tsdb {
         &self.tsdb
     }

@@ -25,7 +25,7 @@ use super::requests;
 use super::sessions::{CloseSignal, Outbox, SessionGuard};
 use super::topics::{self, DeviceTopic};
 use crate::ingest::events::{SubscriptionId, Update};
-use crate::ingest::{client_attributes_record, telemetry_record};
+use crate::ingest::{client_attributes_record, now_ms, telemetry_record};
 use crate::AppState;
 
 /// How long a new connection may take to send its CONNECT.
@@ -75,6 +75,9 @@ struct Conn<'a> {
     signal: Arc<CloseSignal>,
     /// SHARED attribute updates for this device, while it subscribes to them (reference 1.7).
     attribute_updates: Option<(SubscriptionId, Arc<Outbox>)>,
+    /// When the device last sent anything, and when that was last written as activity (epoch ms).
+    last_uplink_ms: i64,
+    uplink_reported_ms: i64,
 }
 
 /// Serves one accepted TCP connection until it closes.
@@ -105,11 +108,18 @@ pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
         next_pkid: 1,
         signal: guard.signal.clone(),
         attribute_updates: None,
+        // `connected` just wrote the session's first activity.
+        last_uplink_ms: 0,
+        uplink_reported_ms: now_ms(),
     };
     // The close signal is watched only between batches (inside `run`), never in the middle of a write,
     // so a DISCONNECT never follows a half-written packet.
     let end = conn.run(buf).await;
     conn.stop_attribute_updates();
+    let unreported = (conn.last_uplink_ms > conn.uplink_reported_ms).then_some(conn.last_uplink_ms);
+    state
+        .activity
+        .disconnected(&state.ingest, conn.device.device_id, now_ms(), unreported);
     if let End::Server(Some(code)) = end {
         if conn.protocol == Protocol::V5 {
             let out = disconnect_bytes(code);
@@ -175,6 +185,9 @@ async fn handshake(
         return None;
     }
     send_connack(&mut stream, protocol, 0).await.ok()?;
+    state
+        .activity
+        .connected(&state.ingest, device.device_id, now_ms());
     Some(Session {
         stream,
         buf,
@@ -313,6 +326,7 @@ impl Conn<'_> {
                 Ok(packet_end) => end = packet_end,
                 Err(client_end) => return client_end,
             }
+            self.note_uplink();
         }
     }
 
@@ -567,6 +581,18 @@ impl Conn<'_> {
             payload,
             properties: Default::default(),
         }));
+    }
+
+    /// Counts a read as device activity, written at most once per report interval (reference 6).
+    fn note_uplink(&mut self) {
+        let now = now_ms();
+        self.last_uplink_ms = now;
+        if now - self.uplink_reported_ms >= self.state.activity.report_interval_ms() {
+            self.uplink_reported_ms = now;
+            self.state
+                .activity
+                .uplink(&self.state.ingest, self.device.device_id, now);
+        }
     }
 
     /// Publishes the SHARED attribute updates queued for this device on the topic it subscribed them with.
