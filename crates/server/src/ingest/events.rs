@@ -1,6 +1,7 @@
 //! What the processors tell the transports once a record is applied: SHARED attribute updates and deletes
 //! for a device (reference 1.7), delivered to its MQTT session when it subscribed to attribute updates and
-//! to pending HTTP long-polls.
+//! to pending HTTP long-polls; and telemetry and attribute changes for live WebSocket subscriptions
+//! (reference 4.11).
 //!
 //! Delivery happens after the record is durable *and* applied, so a device never hears of an update a
 //! crash could undo, and an attribute request sent after the push sees the new value. Subscribers are
@@ -8,11 +9,12 @@
 //! here. A subscriber must not block: it queues the update and wakes its owner.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use fleetwire_model::Kv;
+use fleetwire_model::record::AttributeScope;
+use fleetwire_model::{Kv, TsRecord};
 use parking_lot::Mutex;
 use uuid::Uuid;
 
@@ -22,6 +24,38 @@ pub enum Update {
     /// SHARED attributes changed: the JSON body ThingsBoard pushes, `{"key":value,…}` for saved keys and/or
     /// `{"deleted":["key",…]}`.
     SharedAttributes(Bytes),
+    /// Telemetry of the device was applied.
+    Telemetry(Arc<Vec<TsRecord>>),
+    /// Attributes of one scope were saved (`kvs`, at `ts`) or deleted.
+    Attributes {
+        scope: AttributeScope,
+        ts: i64,
+        kvs: Arc<Vec<Kv>>,
+        deleted: Arc<Vec<String>>,
+    },
+}
+
+/// The kinds of update a subscriber wants, so that the processors build an update only when someone
+/// listens for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Interest(u8);
+
+impl Interest {
+    pub const SHARED_PUSH: Interest = Interest(1);
+    pub const TELEMETRY: Interest = Interest(2);
+    pub const ATTRIBUTES: Interest = Interest(4);
+
+    pub fn union(self, other: Interest) -> Interest {
+        Interest(self.0 | other.0)
+    }
+
+    pub fn contains(self, other: Interest) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    fn bit_index(self) -> usize {
+        self.0.trailing_zeros() as usize
+    }
 }
 
 impl Update {
@@ -44,6 +78,9 @@ impl Update {
 
 /// Something listening for a device's updates.
 pub trait Subscriber: Send + Sync {
+    /// What it listens for; it is handed only updates of these kinds.
+    fn interest(&self) -> Interest;
+
     /// Hands over one update without blocking. Returns false when the subscriber is done (a long-poll that
     /// got its answer, a queue that overflowed) and should be dropped.
     fn deliver(&self, update: &Update) -> bool;
@@ -60,11 +97,23 @@ type Registered = (SubscriptionId, Arc<dyn Subscriber>);
 pub struct Events {
     by_device: Mutex<HashMap<Uuid, Vec<Registered>>>,
     next_id: AtomicU64,
+    /// Registrations per interest kind over all devices: a processor skips the lookup (and building the
+    /// update) when nobody anywhere listens for that kind, the normal case for telemetry.
+    counts: [AtomicUsize; 3],
+}
+
+fn kind_of(update: &Update) -> Interest {
+    match update {
+        Update::SharedAttributes(_) => Interest::SHARED_PUSH,
+        Update::Telemetry(_) => Interest::TELEMETRY,
+        Update::Attributes { .. } => Interest::ATTRIBUTES,
+    }
 }
 
 impl Events {
     pub fn subscribe(&self, device: Uuid, subscriber: Arc<dyn Subscriber>) -> SubscriptionId {
         let id = SubscriptionId(self.next_id.fetch_add(1, Ordering::Relaxed));
+        self.count(subscriber.interest(), true);
         self.by_device
             .lock()
             .entry(device)
@@ -89,20 +138,62 @@ impl Events {
     pub fn unsubscribe(&self, device: Uuid, id: SubscriptionId) {
         let mut map = self.by_device.lock();
         if let Some(list) = map.get_mut(&device) {
-            list.retain(|(registered, _)| *registered != id);
+            list.retain(|(registered, subscriber)| {
+                let keep = *registered != id;
+                if !keep {
+                    self.count(subscriber.interest(), false);
+                }
+                keep
+            });
             if list.is_empty() {
                 map.remove(&device);
             }
         }
     }
 
-    /// Delivers `update` to every subscriber of `device`, dropping those that are done.
+    fn count(&self, interest: Interest, add: bool) {
+        for kind in [
+            Interest::SHARED_PUSH,
+            Interest::TELEMETRY,
+            Interest::ATTRIBUTES,
+        ] {
+            if interest.contains(kind) {
+                let counter = &self.counts[kind.bit_index()];
+                if add {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    counter.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Whether anybody listens for `kind` updates of `device`: checked before building an update.
+    pub fn wants(&self, device: Uuid, kind: Interest) -> bool {
+        if self.counts[kind.bit_index()].load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        self.by_device
+            .lock()
+            .get(&device)
+            .is_some_and(|list| list.iter().any(|(_, s)| s.interest().contains(kind)))
+    }
+
+    /// Delivers `update` to every subscriber of `device` that wants its kind, dropping those that are done.
     pub fn publish(&self, device: Uuid, update: &Update) {
+        let kind = kind_of(update);
         let mut map = self.by_device.lock();
         let Some(list) = map.get_mut(&device) else {
             return;
         };
-        list.retain(|(_, subscriber)| subscriber.deliver(update));
+        list.retain(|(_, subscriber)| {
+            let interest = subscriber.interest();
+            if !interest.contains(kind) || subscriber.deliver(update) {
+                return true;
+            }
+            self.count(interest, false);
+            false
+        });
         if list.is_empty() {
             map.remove(&device);
         }
@@ -138,6 +229,10 @@ impl OneShot {
 }
 
 impl Subscriber for OneShot {
+    fn interest(&self) -> Interest {
+        Interest::SHARED_PUSH
+    }
+
     fn deliver(&self, update: &Update) -> bool {
         if let Some(tx) = self.0.lock().take() {
             let _ = tx.send(update.clone());
@@ -208,5 +303,10 @@ mod tests {
         events.unsubscribe(device, a);
         events.unsubscribe(device, a);
         assert_eq!(events.subscriber_count(device), 1);
+        assert!(events.wants(device, Interest::SHARED_PUSH));
+        assert!(!events.wants(device, Interest::TELEMETRY));
+        events.publish(device, &Update::shared_deleted(&[]));
+        assert!(!events.wants(device, Interest::SHARED_PUSH));
+        assert_eq!(events.counts[0].load(Ordering::Relaxed), 0);
     }
 }

@@ -18,7 +18,7 @@ use fleetwire_tsdb::{Source, Tsdb};
 use uuid::Uuid;
 
 use super::attributes::AttributeStore;
-use super::events::{Events, Update};
+use super::events::{Events, Interest, Update};
 use super::PartitionProgress;
 
 /// How often the processor seals old heads, persists and checkpoints.
@@ -132,11 +132,16 @@ impl Processor {
             partition: self.partition,
             pos: offset,
         };
+        let events = &self.events;
         let result = match Record::decode(bytes) {
-            Ok(Record::Telemetry { entity, records }) => self
-                .tsdb
-                .write_records(source, entity, &records)
-                .map_err(super::IngestError::from),
+            Ok(Record::Telemetry { entity, records }) => {
+                let written = self.tsdb.write_records(source, entity, &records);
+                let device = Uuid::from_u128(entity);
+                if written.is_ok() && events.wants(device, Interest::TELEMETRY) {
+                    events.publish(device, &Update::Telemetry(Arc::new(records)));
+                }
+                written.map_err(super::IngestError::from)
+            }
             Ok(Record::Attributes {
                 entity,
                 scope,
@@ -144,23 +149,47 @@ impl Processor {
                 kvs,
             }) => {
                 self.attributes.apply(entity, scope, ts, &kvs);
+                let device = Uuid::from_u128(entity);
                 // Only SHARED changes are pushed to the device (reference 1.7).
-                if scope == AttributeScope::Shared && !kvs.is_empty() {
-                    self.events
-                        .publish(Uuid::from_u128(entity), &Update::shared_saved(&kvs));
+                if scope == AttributeScope::Shared
+                    && !kvs.is_empty()
+                    && events.wants(device, Interest::SHARED_PUSH)
+                {
+                    events.publish(device, &Update::shared_saved(&kvs));
+                }
+                if events.wants(device, Interest::ATTRIBUTES) {
+                    let update = Update::Attributes {
+                        scope,
+                        ts,
+                        kvs: Arc::new(kvs),
+                        deleted: Arc::new(Vec::new()),
+                    };
+                    events.publish(device, &update);
                 }
                 Ok(())
             }
             Ok(Record::AttributesDeleted {
                 entity,
                 scope,
-                ts: _,
+                ts,
                 keys,
             }) => {
                 self.attributes.delete(entity, scope, &keys);
-                if scope == AttributeScope::Shared && !keys.is_empty() {
-                    self.events
-                        .publish(Uuid::from_u128(entity), &Update::shared_deleted(&keys));
+                let device = Uuid::from_u128(entity);
+                if scope == AttributeScope::Shared
+                    && !keys.is_empty()
+                    && events.wants(device, Interest::SHARED_PUSH)
+                {
+                    events.publish(device, &Update::shared_deleted(&keys));
+                }
+                if events.wants(device, Interest::ATTRIBUTES) {
+                    let update = Update::Attributes {
+                        scope,
+                        ts,
+                        kvs: Arc::new(Vec::new()),
+                        deleted: Arc::new(keys),
+                    };
+                    events.publish(device, &update);
                 }
                 Ok(())
             }

@@ -611,8 +611,9 @@ impl Conn<'_> {
             return;
         };
         for update in updates {
-            match update {
-                Update::SharedAttributes(body) => self.publish_to_device(topic.clone(), body),
+            // The outbox registers for SHARED pushes only.
+            if let Update::SharedAttributes(body) = update {
+                self.publish_to_device(topic.clone(), body);
             }
         }
     }

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use uuid::Uuid;
 
-use crate::ingest::events::{Subscriber, Update};
+use crate::ingest::events::{Interest, Subscriber, Update};
 
 /// Why the server closes a session, as an MQTT 5 reason code (3.x connections are simply closed).
 pub mod close_reason {
@@ -86,6 +86,10 @@ impl Outbox {
 }
 
 impl Subscriber for Outbox {
+    fn interest(&self) -> Interest {
+        Interest::SHARED_PUSH
+    }
+
     fn deliver(&self, update: &Update) -> bool {
         let mut queue = self.queue.lock();
         if queue.len() >= OUTBOX_UPDATES_MAX {
