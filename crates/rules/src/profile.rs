@@ -1,0 +1,629 @@
+//! `profileData.alarms` parsed into rules ready to evaluate (reference section 5.1).
+//!
+//! Parsing resolves every key a rule reads to a slot of the device snapshot, so evaluation indexes a
+//! vector instead of hashing key names, and each rule carries the bit mask of the keys that trigger it.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use fleetwire_model::Value;
+use serde_json::{Map, Value as Json};
+
+use crate::error::RuleError;
+use crate::json::{self, invalid, join};
+use crate::predicate::{DynamicValue, Predicate};
+use crate::schedule::Schedule;
+
+/// Alarm severities, highest first; the derived order is ThingsBoard's ordinal order, so a smaller
+/// value is a more severe alarm (reference section 4.8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Severity {
+    Critical,
+    Major,
+    Minor,
+    Warning,
+    Indeterminate,
+}
+
+impl Severity {
+    pub const ALL: [Severity; 5] = [
+        Severity::Critical,
+        Severity::Major,
+        Severity::Minor,
+        Severity::Warning,
+        Severity::Indeterminate,
+    ];
+
+    /// ThingsBoard's name: `CRITICAL`, `MAJOR`, `MINOR`, `WARNING`, `INDETERMINATE`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Critical => "CRITICAL",
+            Severity::Major => "MAJOR",
+            Severity::Minor => "MINOR",
+            Severity::Warning => "WARNING",
+            Severity::Indeterminate => "INDETERMINATE",
+        }
+    }
+}
+
+impl FromStr for Severity {
+    type Err = ();
+
+    fn from_str(name: &str) -> Result<Severity, ()> {
+        Severity::ALL
+            .into_iter()
+            .find(|s| s.as_str() == name)
+            .ok_or(())
+    }
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The device fields an ENTITY_FIELD key can name (reference section 5.1); ThingsBoard loads these four
+/// once, when the device's snapshot is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EntityField {
+    Name,
+    Type,
+    Label,
+    CreatedTime,
+}
+
+impl EntityField {
+    /// `name`, `type`, `label`, `createdTime`.
+    pub fn from_key(key: &str) -> Option<EntityField> {
+        match key {
+            "name" => Some(EntityField::Name),
+            "type" => Some(EntityField::Type),
+            "label" => Some(EntityField::Label),
+            "createdTime" => Some(EntityField::CreatedTime),
+            _ => None,
+        }
+    }
+}
+
+/// Where a snapshot key's value comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KeyKind {
+    /// TIME_SERIES: the latest telemetry value.
+    TimeSeries,
+    /// ATTRIBUTE: a device attribute of any scope.
+    Attribute,
+    /// ENTITY_FIELD: a field of the device itself.
+    EntityField,
+}
+
+/// One key of the device snapshot.
+#[derive(Debug, Clone)]
+pub(crate) struct Slot {
+    pub kind: KeyKind,
+    pub name: Box<str>,
+}
+
+/// The snapshot keys of a profile, built while parsing.
+#[derive(Debug, Default)]
+pub(crate) struct KeyTable {
+    pub slots: Vec<Slot>,
+}
+
+impl KeyTable {
+    /// The slot of (kind, name), added if new.
+    pub(crate) fn slot(&mut self, kind: KeyKind, name: &str) -> u16 {
+        if let Some(i) = self
+            .slots
+            .iter()
+            .position(|s| s.kind == kind && &*s.name == name)
+        {
+            return i as u16;
+        }
+        self.slots.push(Slot {
+            kind,
+            name: name.into(),
+        });
+        (self.slots.len() - 1) as u16
+    }
+}
+
+/// A set of snapshot slots as a bit mask, one `u64` word per 64 slots.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct KeyMask(pub Box<[u64]>);
+
+impl KeyMask {
+    fn from_slots(slots: &[u16], words: usize) -> KeyMask {
+        let mut mask = vec![0u64; words];
+        for &slot in slots {
+            mask[usize::from(slot) / 64] |= 1 << (slot % 64);
+        }
+        KeyMask(mask.into_boxed_slice())
+    }
+
+    pub(crate) fn intersects(&self, changed: &[u64]) -> bool {
+        self.0.iter().zip(changed).any(|(a, b)| a & b != 0)
+    }
+}
+
+/// The key a filter reads.
+#[derive(Debug, Clone)]
+pub(crate) enum FilterKey {
+    Slot(u16),
+    /// A CONSTANT key: the filter's `value` parsed per `valueType`, `None` when unparsable (the
+    /// filter is then false, as ThingsBoard logs and treats it).
+    Constant(Option<Value>),
+}
+
+/// One entry of `condition.condition` (all are ANDed).
+#[derive(Debug, Clone)]
+pub(crate) struct Filter {
+    pub key: FilterKey,
+    /// `key.key`, for `${key}` in `alarmDetails`.
+    pub name: Box<str>,
+    pub predicate: Predicate,
+}
+
+/// A java `TimeUnit`, for DURATION specs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TimeUnit {
+    Nanoseconds,
+    Microseconds,
+    Milliseconds,
+    Seconds,
+    Minutes,
+    Hours,
+    Days,
+}
+
+impl TimeUnit {
+    /// `TimeUnit.toMillis`: truncating below a millisecond, saturating above.
+    pub(crate) fn to_millis(self, amount: i64) -> i64 {
+        match self {
+            TimeUnit::Nanoseconds => amount / 1_000_000,
+            TimeUnit::Microseconds => amount / 1_000,
+            TimeUnit::Milliseconds => amount,
+            TimeUnit::Seconds => amount.saturating_mul(1_000),
+            TimeUnit::Minutes => amount.saturating_mul(60_000),
+            TimeUnit::Hours => amount.saturating_mul(3_600_000),
+            TimeUnit::Days => amount.saturating_mul(86_400_000),
+        }
+    }
+}
+
+/// The number of a DURATION or REPEATING spec: a default and an optional dynamic override.
+#[derive(Debug, Clone)]
+pub(crate) struct SpecValue {
+    pub default: i64,
+    pub dynamic: Option<DynamicValue>,
+}
+
+/// `condition.spec`.
+#[derive(Debug, Clone)]
+pub(crate) enum Spec {
+    Simple,
+    Duration { unit: TimeUnit, value: SpecValue },
+    Repeating { count: SpecValue },
+}
+
+/// One create rule or the clear rule of an alarm definition.
+#[derive(Debug, Clone)]
+pub(crate) struct AlarmRule {
+    /// `None` for the clear rule.
+    pub severity: Option<Severity>,
+    pub filters: Vec<Filter>,
+    pub spec: Spec,
+    pub schedule: Schedule,
+    pub details: Option<Box<str>>,
+    pub dashboard_id: Option<Box<str>>,
+    /// The keys whose change re-evaluates this rule: the filters' keys and the device attributes
+    /// named by the predicates' dynamic values.
+    pub trigger: KeyMask,
+    /// Index of this rule's counters in the device state.
+    pub counter: usize,
+}
+
+/// One element of `profileData.alarms`.
+#[derive(Debug, Clone)]
+pub(crate) struct AlarmDefinition {
+    pub alarm_type: Arc<str>,
+    /// Sorted from CRITICAL to INDETERMINATE.
+    pub create_rules: Vec<AlarmRule>,
+    pub clear_rule: Option<AlarmRule>,
+    pub propagate: bool,
+    pub propagate_to_owner: bool,
+    pub propagate_to_tenant: bool,
+    pub propagate_relation_types: Vec<String>,
+}
+
+/// The parsed alarm rules of one device profile. Immutable; share it (e.g. in an `Arc`) between all
+/// devices of the profile. Each device keeps its own [`crate::DeviceState`].
+#[derive(Debug, Clone, Default)]
+pub struct ProfileAlarms {
+    pub(crate) slots: Vec<Slot>,
+    pub(crate) alarms: Vec<AlarmDefinition>,
+    pub(crate) counter_count: usize,
+    pub(crate) has_duration: bool,
+    pub(crate) mask_words: usize,
+}
+
+/// The most create rules one alarm definition can have: one per severity.
+const CREATE_RULES_MAX: usize = 5;
+
+impl ProfileAlarms {
+    /// Parses `profileData.alarms` as ThingsBoard stores it (field names of reference section 5.1).
+    /// `null` is an empty set of rules. Rejects what ThingsBoard's profile validation rejects (missing
+    /// or duplicate `alarmType`) and what its evaluator could never run (unknown enum names, missing
+    /// conditions, more than 5 create rules, unknown severities), with a message for a 400 response.
+    pub fn parse(alarms: &Json) -> Result<ProfileAlarms, RuleError> {
+        let list = match alarms {
+            Json::Null => return Ok(ProfileAlarms::default()),
+            Json::Array(list) => list,
+            other => {
+                return Err(invalid(
+                    "alarms",
+                    format!("expected an array, got {}", json::kind(other)),
+                ))
+            }
+        };
+        let mut keys = KeyTable::default();
+        let mut pending = Vec::with_capacity(list.len());
+        for (index, alarm) in list.iter().enumerate() {
+            let path = format!("alarms[{index}]");
+            let obj = json::object(alarm, &path)?;
+            let alarm_type = match json::opt_string(obj, "alarmType", &path)? {
+                Some(t) if !t.is_empty() => t,
+                _ => return Err(RuleError::MissingAlarmType { index }),
+            };
+            if pending
+                .iter()
+                .any(|(a, _): &(AlarmDefinition, _)| *a.alarm_type == *alarm_type)
+            {
+                return Err(RuleError::DuplicateAlarmType { alarm_type });
+            }
+            let mut triggers = Vec::new();
+            let create_path = join(&path, "createRules");
+            let mut create_rules = Vec::new();
+            match json::field(obj, "createRules") {
+                None => {}
+                Some(Json::Object(rules)) => {
+                    if rules.len() > CREATE_RULES_MAX {
+                        return Err(RuleError::TooManyCreateRules {
+                            alarm_type,
+                            count: rules.len(),
+                        });
+                    }
+                    for (name, rule) in rules {
+                        let severity =
+                            name.parse::<Severity>()
+                                .map_err(|()| RuleError::UnknownSeverity {
+                                    alarm_type: alarm_type.clone(),
+                                    severity: name.clone(),
+                                })?;
+                        let rule_path = join(&create_path, name);
+                        let mut trigger = Vec::new();
+                        let rule =
+                            parse_rule(rule, &rule_path, Some(severity), &mut keys, &mut trigger)?;
+                        create_rules.push(rule);
+                        triggers.push(trigger);
+                    }
+                }
+                Some(other) => {
+                    return Err(invalid(
+                        &create_path,
+                        format!(
+                            "expected an object keyed by severity, got {}",
+                            json::kind(other)
+                        ),
+                    ))
+                }
+            }
+            let clear_rule = match json::field(obj, "clearRule") {
+                None => None,
+                Some(rule) => {
+                    let mut trigger = Vec::new();
+                    let rule = parse_rule(
+                        rule,
+                        &join(&path, "clearRule"),
+                        None,
+                        &mut keys,
+                        &mut trigger,
+                    )?;
+                    triggers.push(trigger);
+                    Some(rule)
+                }
+            };
+            let propagate_relation_types = match json::field(obj, "propagateRelationTypes") {
+                None => Vec::new(),
+                Some(Json::Array(items)) => items
+                    .iter()
+                    .filter_map(|t| t.as_str().map(str::to_owned))
+                    .collect(),
+                Some(other) => {
+                    return Err(invalid(
+                        &join(&path, "propagateRelationTypes"),
+                        format!("expected an array of strings, got {}", json::kind(other)),
+                    ))
+                }
+            };
+            let definition = AlarmDefinition {
+                alarm_type: alarm_type.into(),
+                create_rules,
+                clear_rule,
+                propagate: json::opt_bool(obj, "propagate", &path)?,
+                propagate_to_owner: json::opt_bool(obj, "propagateToOwner", &path)?,
+                propagate_to_tenant: json::opt_bool(obj, "propagateToTenant", &path)?,
+                propagate_relation_types,
+            };
+            pending.push((definition, triggers));
+        }
+        if keys.slots.len() > usize::from(u16::MAX) {
+            return Err(invalid("alarms", "too many distinct keys"));
+        }
+        // Masks need the final key count, so they are built once every rule is parsed.
+        let mask_words = keys.slots.len().div_ceil(64).max(1);
+        let mut counter_count = 0;
+        let mut has_duration = false;
+        let mut alarms = Vec::with_capacity(pending.len());
+        for (mut definition, triggers) in pending {
+            let mut triggers = triggers.into_iter();
+            let rules = definition
+                .create_rules
+                .iter_mut()
+                .chain(definition.clear_rule.as_mut());
+            for rule in rules {
+                let trigger = triggers.next().unwrap_or_default();
+                rule.trigger = KeyMask::from_slots(&trigger, mask_words);
+                rule.counter = counter_count;
+                counter_count += 1;
+                has_duration |= matches!(rule.spec, Spec::Duration { .. });
+            }
+            definition.create_rules.sort_by_key(|r| r.severity);
+            alarms.push(definition);
+        }
+        Ok(ProfileAlarms {
+            slots: keys.slots,
+            alarms,
+            counter_count,
+            has_duration,
+            mask_words,
+        })
+    }
+
+    /// No alarm definitions: the server can skip evaluation for this profile altogether.
+    pub fn is_empty(&self) -> bool {
+        self.alarms.is_empty()
+    }
+
+    /// The alarm types defined, in profile order.
+    pub fn alarm_types(&self) -> impl Iterator<Item = &str> {
+        self.alarms.iter().map(|a| &*a.alarm_type)
+    }
+
+    /// Whether some rule reads the time series / device attribute / entity field `key`. An input
+    /// that touches no referenced key cannot change any alarm (the DURATION tick aside); `evaluate`
+    /// checks this itself, cheaply, so calling this first is only an optimisation for batching.
+    pub fn references(&self, kind: KeyKind, key: &str) -> bool {
+        self.slots.iter().any(|s| s.kind == kind && &*s.name == key)
+    }
+
+    /// The keys of the device snapshot: every key the rules read, with where it comes from.
+    pub fn keys(&self) -> impl Iterator<Item = (KeyKind, &str)> {
+        self.slots.iter().map(|s| (s.kind, &*s.name))
+    }
+
+    /// Whether any rule has a DURATION spec, i.e. whether [`crate::Input::Tick`] can do anything.
+    pub fn has_duration_rules(&self) -> bool {
+        self.has_duration
+    }
+
+    pub(crate) fn slot_of(&self, kind: KeyKind, key: &str) -> Option<usize> {
+        self.slots
+            .iter()
+            .position(|s| s.kind == kind && &*s.name == key)
+    }
+}
+
+fn parse_rule(
+    json: &Json,
+    path: &str,
+    severity: Option<Severity>,
+    keys: &mut KeyTable,
+    trigger: &mut Vec<u16>,
+) -> Result<AlarmRule, RuleError> {
+    let obj = json::object(json, path)?;
+    let condition_path = join(path, "condition");
+    let condition = json::object(json::required(obj, "condition", path)?, &condition_path)?;
+    let filters_path = join(&condition_path, "condition");
+    let filters = match json::required(condition, "condition", &condition_path)? {
+        Json::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, f)| parse_filter(f, &format!("{filters_path}[{i}]"), keys, trigger))
+            .collect::<Result<Vec<_>, _>>()?,
+        other => {
+            return Err(invalid(
+                &filters_path,
+                format!("expected an array, got {}", json::kind(other)),
+            ))
+        }
+    };
+    let spec = parse_spec(
+        json::field(condition, "spec"),
+        &join(&condition_path, "spec"),
+        keys,
+    )?;
+    let schedule = Schedule::parse(json::field(obj, "schedule"), &join(path, "schedule"), keys)?;
+    let details = json::opt_string(obj, "alarmDetails", path)?
+        .filter(|d| !d.is_empty())
+        .map(String::into_boxed_str);
+    let dashboard_id = match json::field(obj, "dashboardId") {
+        None => None,
+        Some(Json::String(id)) => Some(id.clone().into_boxed_str()),
+        Some(Json::Object(id)) => {
+            json::opt_string(id, "id", &join(path, "dashboardId"))?.map(String::into_boxed_str)
+        }
+        Some(other) => {
+            return Err(invalid(
+                &join(path, "dashboardId"),
+                format!("expected an entity id, got {}", json::kind(other)),
+            ))
+        }
+    };
+    trigger.sort_unstable();
+    trigger.dedup();
+    Ok(AlarmRule {
+        severity,
+        filters,
+        spec,
+        schedule,
+        details,
+        dashboard_id,
+        trigger: KeyMask::default(),
+        counter: 0,
+    })
+}
+
+fn parse_filter(
+    json: &Json,
+    path: &str,
+    keys: &mut KeyTable,
+    trigger: &mut Vec<u16>,
+) -> Result<Filter, RuleError> {
+    let obj = json::object(json, path)?;
+    let key_path = join(path, "key");
+    let key_obj = json::object(json::required(obj, "key", path)?, &key_path)?;
+    let name = json::opt_string(key_obj, "key", &key_path)?
+        .ok_or_else(|| invalid(&join(&key_path, "key"), "is required"))?;
+    let key = match json::required_str(key_obj, "type", &key_path)? {
+        "TIME_SERIES" => FilterKey::Slot(keys.slot(KeyKind::TimeSeries, &name)),
+        "ATTRIBUTE" => FilterKey::Slot(keys.slot(KeyKind::Attribute, &name)),
+        // Unknown field names get a slot that is never filled, so their filters are false.
+        "ENTITY_FIELD" => FilterKey::Slot(keys.slot(KeyKind::EntityField, &name)),
+        "CONSTANT" => FilterKey::Constant(parse_constant(obj, path)?),
+        other => {
+            return Err(invalid(
+                &join(&key_path, "type"),
+                format!(
+                    "unknown key type {other:?}; expected TIME_SERIES, ATTRIBUTE, ENTITY_FIELD or \
+                     CONSTANT"
+                ),
+            ))
+        }
+    };
+    if let FilterKey::Slot(slot) = key {
+        trigger.push(slot);
+    }
+    let predicate = Predicate::parse(
+        json::required(obj, "predicate", path)?,
+        &join(path, "predicate"),
+        keys,
+        trigger,
+    )?;
+    Ok(Filter {
+        key,
+        name: name.into_boxed_str(),
+        predicate,
+    })
+}
+
+/// The value of a CONSTANT key, parsed from the text of `value` per `valueType` as ThingsBoard's
+/// `getConstantValue` does; unparsable → `None`.
+fn parse_constant(obj: &Map<String, Json>, path: &str) -> Result<Option<Value>, RuleError> {
+    let value_type = json::opt_string(obj, "valueType", path)?;
+    let text = match json::field(obj, "value") {
+        None => return Ok(None),
+        Some(Json::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    };
+    Ok(match value_type.as_deref() {
+        Some("STRING") => Some(Value::Str(text)),
+        Some("NUMERIC") => crate::convert::java_parse_double(&text).map(Value::Double),
+        Some("DATE_TIME") => text.parse::<i64>().ok().map(Value::Long),
+        Some("BOOLEAN") => Some(Value::Bool(text.eq_ignore_ascii_case("true"))),
+        Some(other) => {
+            return Err(invalid(
+                &join(path, "valueType"),
+                format!(
+                    "unknown value type {other:?}; expected STRING, NUMERIC, BOOLEAN or DATE_TIME"
+                ),
+            ))
+        }
+        None => {
+            return Err(invalid(
+                &join(path, "valueType"),
+                "is required for a CONSTANT key",
+            ))
+        }
+    })
+}
+
+fn parse_spec(json: Option<&Json>, path: &str, keys: &mut KeyTable) -> Result<Spec, RuleError> {
+    let Some(json) = json else {
+        return Ok(Spec::Simple);
+    };
+    let obj = json::object(json, path)?;
+    match json::required_str(obj, "type", path)? {
+        "SIMPLE" => Ok(Spec::Simple),
+        "DURATION" => {
+            let unit = match json::required_str(obj, "unit", path)? {
+                "NANOSECONDS" => TimeUnit::Nanoseconds,
+                "MICROSECONDS" => TimeUnit::Microseconds,
+                "MILLISECONDS" => TimeUnit::Milliseconds,
+                "SECONDS" => TimeUnit::Seconds,
+                "MINUTES" => TimeUnit::Minutes,
+                "HOURS" => TimeUnit::Hours,
+                "DAYS" => TimeUnit::Days,
+                other => {
+                    return Err(invalid(
+                        &join(path, "unit"),
+                        format!("unknown time unit {other:?}; expected a java TimeUnit name"),
+                    ))
+                }
+            };
+            Ok(Spec::Duration {
+                unit,
+                value: parse_spec_value(obj, path, "value", keys)?,
+            })
+        }
+        "REPEATING" => Ok(Spec::Repeating {
+            count: parse_spec_value(obj, path, "count", keys)?,
+        }),
+        other => Err(invalid(
+            &join(path, "type"),
+            format!("unknown spec type {other:?}; expected SIMPLE, DURATION or REPEATING"),
+        )),
+    }
+}
+
+/// `predicate: {defaultValue, dynamicValue}`; profiles from before ThingsBoard 3.3 stored a plain
+/// `value` (DURATION) or `count` (REPEATING) instead, which is accepted too.
+fn parse_spec_value(
+    obj: &Map<String, Json>,
+    path: &str,
+    legacy: &str,
+    keys: &mut KeyTable,
+) -> Result<SpecValue, RuleError> {
+    let predicate_path = join(path, "predicate");
+    if let Some(predicate) = json::field(obj, "predicate") {
+        let predicate = json::object(predicate, &predicate_path)?;
+        let default_path = join(&predicate_path, "defaultValue");
+        let default = json::opt_i64(json::field(predicate, "defaultValue"), &default_path)?
+            .ok_or_else(|| invalid(&default_path, "is required"))?;
+        let dynamic = DynamicValue::parse(
+            json::field(predicate, "dynamicValue"),
+            &join(&predicate_path, "dynamicValue"),
+            keys,
+            None,
+        )?;
+        return Ok(SpecValue { default, dynamic });
+    }
+    match json::opt_i64(json::field(obj, legacy), &join(path, legacy))? {
+        Some(default) => Ok(SpecValue {
+            default,
+            dynamic: None,
+        }),
+        None => Err(invalid(&predicate_path, "is required")),
+    }
+}
