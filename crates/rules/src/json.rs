@@ -5,6 +5,9 @@ use serde_json::{Map, Value as Json};
 
 use crate::error::RuleError;
 
+/// A JSON object.
+pub(crate) type JsonObject = Map<String, Json>;
+
 pub(crate) fn invalid(path: &str, reason: impl Into<String>) -> RuleError {
     RuleError::Invalid {
         path: path.to_owned(),

@@ -12,20 +12,20 @@ use crate::convert::{
 };
 use crate::error::RuleError;
 use crate::evaluate::Environment;
-use crate::json::{self, invalid, join};
+use crate::json::{self, invalid, join, JsonObject};
 use crate::profile::{KeyKind, KeyTable};
 
 /// Where a dynamic value comes from (`dynamicValue.sourceType`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum DynamicSource {
     /// A device attribute of any scope, read from the snapshot.
-    CurrentDevice,
+    Device,
     /// A server attribute of the device's customer.
-    CurrentCustomer,
+    Customer,
     /// A server attribute of the tenant.
-    CurrentTenant,
+    Tenant,
     /// Accepted by ThingsBoard's schema but never resolved by its evaluator.
-    CurrentUser,
+    User,
 }
 
 /// `{"sourceType":…,"sourceAttribute":…,"inherit":…}`.
@@ -56,10 +56,10 @@ impl DynamicValue {
             return Ok(None);
         };
         let source = match source.as_str() {
-            Some("CURRENT_DEVICE") => DynamicSource::CurrentDevice,
-            Some("CURRENT_CUSTOMER") => DynamicSource::CurrentCustomer,
-            Some("CURRENT_TENANT") => DynamicSource::CurrentTenant,
-            Some("CURRENT_USER") => DynamicSource::CurrentUser,
+            Some("CURRENT_DEVICE") => DynamicSource::Device,
+            Some("CURRENT_CUSTOMER") => DynamicSource::Customer,
+            Some("CURRENT_TENANT") => DynamicSource::Tenant,
+            Some("CURRENT_USER") => DynamicSource::User,
             _ => {
                 return Err(invalid(
                     &join(path, "sourceType"),
@@ -76,7 +76,7 @@ impl DynamicValue {
         // or tenant source it is then also looked up on the device, and a device update of it
         // re-evaluates the rule).
         let device_slot = match &attribute {
-            Some(name) if source != DynamicSource::CurrentUser => {
+            Some(name) if source != DynamicSource::User => {
                 let slot = keys.slot(KeyKind::Attribute, name);
                 if let Some(trigger) = trigger {
                     trigger.push(slot);
@@ -101,26 +101,22 @@ impl DynamicValue {
         let mut source = self.source;
         loop {
             let found = match source {
-                DynamicSource::CurrentDevice => self
+                DynamicSource::Device => self
                     .device_slot
                     .and_then(|slot| scope.values.get(usize::from(slot)))
                     .and_then(Option::as_ref)
                     .map(Cow::Borrowed),
-                DynamicSource::CurrentCustomer => {
-                    scope.env.customer_attribute(attribute).map(Cow::Owned)
-                }
-                DynamicSource::CurrentTenant => {
-                    scope.env.tenant_attribute(attribute).map(Cow::Owned)
-                }
-                DynamicSource::CurrentUser => None,
+                DynamicSource::Customer => scope.env.customer_attribute(attribute).map(Cow::Owned),
+                DynamicSource::Tenant => scope.env.tenant_attribute(attribute).map(Cow::Owned),
+                DynamicSource::User => None,
             };
             if found.is_some() || !self.inherit {
                 return found;
             }
             source = match source {
-                DynamicSource::CurrentDevice => DynamicSource::CurrentCustomer,
-                DynamicSource::CurrentCustomer => DynamicSource::CurrentTenant,
-                DynamicSource::CurrentTenant | DynamicSource::CurrentUser => return None,
+                DynamicSource::Device => DynamicSource::Customer,
+                DynamicSource::Customer => DynamicSource::Tenant,
+                DynamicSource::Tenant | DynamicSource::User => return None,
             };
         }
     }
@@ -415,7 +411,7 @@ fn resolve<T, R>(
 fn predicate_value_obj<'a>(
     obj: &'a Map<String, Json>,
     path: &str,
-) -> Result<(Option<&'a Map<String, Json>>, String), RuleError> {
+) -> Result<(Option<&'a JsonObject>, String), RuleError> {
     let value_path = join(path, "value");
     match json::field(obj, "value") {
         None => Ok((None, value_path)),

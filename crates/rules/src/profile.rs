@@ -627,3 +627,219 @@ fn parse_spec_value(
         None => Err(invalid(&predicate_path, "is required")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn simple_rule() -> Json {
+        json!({"condition": {"condition": [{
+            "key": {"type": "TIME_SERIES", "key": "t"}, "valueType": "NUMERIC", "value": null,
+            "predicate": {"type": "NUMERIC", "operation": "GREATER",
+                          "value": {"defaultValue": 1, "userValue": null, "dynamicValue": null}}}],
+            "spec": {"type": "SIMPLE"}}, "schedule": null, "alarmDetails": null, "dashboardId": null})
+    }
+
+    fn alarm(alarm_type: Json, create: Json) -> Json {
+        json!({"id": "x", "alarmType": alarm_type, "createRules": create, "clearRule": null,
+               "propagate": false, "propagateRelationTypes": null})
+    }
+
+    /// The error message for `alarms`, as a REST client would see it.
+    fn error(alarms: Json) -> String {
+        match ProfileAlarms::parse(&alarms) {
+            Ok(_) => "parsed".to_owned(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// `alarms` with the first create rule's first filter replaced by `edit(filter)`.
+    fn with_filter(edit: impl FnOnce(&mut Json)) -> String {
+        let mut rule = simple_rule();
+        edit(&mut rule["condition"]["condition"][0]);
+        error(json!([alarm(json!("a"), json!({"MAJOR": rule}))]))
+    }
+
+    #[test]
+    fn null_and_empty_alarms_are_no_rules() {
+        assert!(ProfileAlarms::parse(&Json::Null).is_ok_and(|p| p.is_empty()));
+        assert!(ProfileAlarms::parse(&json!([])).is_ok_and(|p| p.is_empty()));
+        assert_eq!(
+            error(json!({"a": 1})),
+            "alarms: expected an array, got an object"
+        );
+    }
+
+    #[test]
+    fn alarm_type_is_required_and_unique() {
+        let rules = json!({"MAJOR": simple_rule()});
+        assert_eq!(
+            error(json!([alarm(Json::Null, rules.clone())])),
+            "alarms[0]: alarm rule type should be specified"
+        );
+        assert_eq!(
+            error(json!([alarm(json!(""), rules.clone())])),
+            "alarms[0]: alarm rule type should be specified"
+        );
+        assert_eq!(
+            error(json!([
+                alarm(json!("hot"), rules.clone()),
+                alarm(json!("hot"), rules)
+            ])),
+            "Can't create device profile with the same alarm rule types: \"hot\""
+        );
+    }
+
+    #[test]
+    fn create_rules_are_keyed_by_severity() {
+        let six: Map<String, Json> = [
+            "CRITICAL",
+            "MAJOR",
+            "MINOR",
+            "WARNING",
+            "INDETERMINATE",
+            "BAD",
+        ]
+        .iter()
+        .map(|s| (s.to_string(), simple_rule()))
+        .collect();
+        assert_eq!(
+            error(json!([alarm(json!("a"), Json::Object(six))])),
+            "alarm rule \"a\" has 6 create rules; at most 5 (one per severity)"
+        );
+        assert_eq!(
+            error(json!([alarm(json!("a"), json!({"SEVERE": simple_rule()}))])),
+            "alarm rule \"a\": unknown severity \"SEVERE\" (expected CRITICAL, MAJOR, MINOR, WARNING or \
+             INDETERMINATE)"
+        );
+        assert_eq!(
+            error(json!([alarm(json!("a"), json!([simple_rule()]))])),
+            "alarms[0].createRules: expected an object keyed by severity, got an array"
+        );
+    }
+
+    #[test]
+    fn malformed_filters_name_their_path() {
+        assert_eq!(
+            with_filter(|f| f["key"]["type"] = json!("TELEMETRY")),
+            "alarms[0].createRules.MAJOR.condition.condition[0].key.type: unknown key type \
+             \"TELEMETRY\"; expected TIME_SERIES, ATTRIBUTE, ENTITY_FIELD or CONSTANT"
+        );
+        assert_eq!(
+            with_filter(|f| f["key"]["key"] = Json::Null),
+            "alarms[0].createRules.MAJOR.condition.condition[0].key.key: is required"
+        );
+        assert_eq!(
+            with_filter(|f| f["predicate"]["operation"] = json!("ABOUT")),
+            "alarms[0].createRules.MAJOR.condition.condition[0].predicate.operation: unknown NUMERIC \
+             operation \"ABOUT\"; expected one of EQUAL, NOT_EQUAL, GREATER, LESS, GREATER_OR_EQUAL, \
+             LESS_OR_EQUAL"
+        );
+        assert_eq!(
+            with_filter(|f| f["predicate"]["type"] = json!("REGEX")),
+            "alarms[0].createRules.MAJOR.condition.condition[0].predicate.type: unknown predicate type \
+             \"REGEX\"; expected NUMERIC, STRING, BOOLEAN or COMPLEX"
+        );
+        assert_eq!(
+            with_filter(|f| f["predicate"]["value"]["defaultValue"] = json!("ten")),
+            "alarms[0].createRules.MAJOR.condition.condition[0].predicate.value.defaultValue: expected \
+             a number, got \"ten\""
+        );
+        assert_eq!(
+            with_filter(|f| f["predicate"]["value"]["dynamicValue"] =
+                json!({"sourceType": "CURRENT_ASSET", "sourceAttribute": "x"})),
+            "alarms[0].createRules.MAJOR.condition.condition[0].predicate.value.dynamicValue.sourceType: \
+             unknown source type \"CURRENT_ASSET\"; expected CURRENT_DEVICE, CURRENT_CUSTOMER, \
+             CURRENT_TENANT or CURRENT_USER"
+        );
+        assert_eq!(
+            with_filter(|f| {
+                f["key"]["type"] = json!("CONSTANT");
+                f["valueType"] = Json::Null;
+                f["value"] = json!(5);
+            }),
+            "alarms[0].createRules.MAJOR.condition.condition[0].valueType: is required for a CONSTANT \
+             key"
+        );
+        assert_eq!(
+            with_filter(|f| f["predicate"] = json!({"type": "COMPLEX", "operation": "XOR", "predicates": []})),
+            "alarms[0].createRules.MAJOR.condition.condition[0].predicate.operation: unknown COMPLEX \
+             operation \"XOR\"; expected one of AND, OR"
+        );
+    }
+
+    #[test]
+    fn malformed_rules_name_their_path() {
+        let mut rule = simple_rule();
+        rule["condition"] = Json::Null;
+        assert_eq!(
+            error(json!([alarm(json!("a"), json!({"MAJOR": rule}))])),
+            "alarms[0].createRules.MAJOR.condition: is required"
+        );
+        let mut rule = simple_rule();
+        rule["condition"]["spec"] =
+            json!({"type": "DURATION", "unit": "WEEKS", "predicate": {"defaultValue": 1}});
+        assert_eq!(
+            error(json!([alarm(json!("a"), json!({"MAJOR": rule}))])),
+            "alarms[0].createRules.MAJOR.condition.spec.unit: unknown time unit \"WEEKS\"; expected a \
+             java TimeUnit name"
+        );
+        let mut rule = simple_rule();
+        rule["condition"]["spec"] =
+            json!({"type": "REPEATING", "predicate": {"defaultValue": null}});
+        assert_eq!(
+            error(json!([alarm(json!("a"), json!({"MAJOR": rule}))])),
+            "alarms[0].createRules.MAJOR.condition.spec.predicate.defaultValue: is required"
+        );
+        let mut rule = simple_rule();
+        rule["schedule"] = json!({"type": "WEEKENDS"});
+        assert_eq!(
+            error(json!([alarm(json!("a"), json!({"MAJOR": rule}))])),
+            "alarms[0].createRules.MAJOR.schedule.type: unknown schedule type \"WEEKENDS\"; expected \
+             ANY_TIME, SPECIFIC_TIME or CUSTOM"
+        );
+        let mut rule = simple_rule();
+        rule["schedule"] =
+            json!({"type": "SPECIFIC_TIME", "timezone": "UTC", "daysOfWeek": "Monday"});
+        assert_eq!(
+            error(json!([alarm(json!("a"), json!({"MAJOR": rule}))])),
+            "alarms[0].createRules.MAJOR.schedule.daysOfWeek: expected an array, got a string"
+        );
+    }
+
+    #[test]
+    fn legacy_spec_values_and_keys_are_parsed() {
+        let mut rule = simple_rule();
+        rule["condition"]["spec"] = json!({"type": "DURATION", "unit": "MINUTES", "value": 3});
+        let mut clear = simple_rule();
+        clear["condition"]["condition"][0]["key"] = json!({"type": "ATTRIBUTE", "key": "limit"});
+        clear["condition"]["spec"] = json!({"type": "REPEATING", "count": 2});
+        let mut definition = alarm(json!("a"), json!({"MAJOR": rule}));
+        definition["clearRule"] = clear;
+        let parsed = ProfileAlarms::parse(&json!([definition])).expect("parses");
+        assert!(parsed.has_duration_rules());
+        assert!(parsed.references(KeyKind::TimeSeries, "t"));
+        assert!(parsed.references(KeyKind::Attribute, "limit"));
+        assert!(!parsed.references(KeyKind::Attribute, "t"));
+        assert_eq!(parsed.alarm_types().collect::<Vec<_>>(), vec!["a"]);
+        let rule = &parsed.alarms[0].create_rules[0];
+        assert!(matches!(
+            rule.spec,
+            Spec::Duration {
+                unit: TimeUnit::Minutes,
+                value: SpecValue { default: 3, .. }
+            }
+        ));
+    }
+
+    #[test]
+    fn time_units_convert_like_java() {
+        assert_eq!(TimeUnit::Nanoseconds.to_millis(2_500_000), 2);
+        assert_eq!(TimeUnit::Microseconds.to_millis(999), 0);
+        assert_eq!(TimeUnit::Seconds.to_millis(10), 10_000);
+        assert_eq!(TimeUnit::Days.to_millis(2), 172_800_000);
+        assert_eq!(TimeUnit::Days.to_millis(i64::MAX), i64::MAX);
+    }
+}

@@ -75,12 +75,14 @@ impl Schedule {
             "ANY_TIME" => ScheduleKind::AnyTime,
             "SPECIFIC_TIME" => ScheduleKind::Specific(parse_specific(obj, path)?),
             "CUSTOM" => ScheduleKind::Custom(parse_custom(obj, path)?),
-            other => return Err(invalid(
-                &join(path, "type"),
-                format!(
+            other => {
+                return Err(invalid(
+                    &join(path, "type"),
+                    format!(
                     "unknown schedule type {other:?}; expected ANY_TIME, SPECIFIC_TIME or CUSTOM"
                 ),
-            )),
+                ))
+            }
         };
         let dynamic = match kind {
             ScheduleKind::AnyTime => None,

@@ -28,8 +28,8 @@ use std::path::Path;
 use fleetwire_model::record::AttributeScope;
 use fleetwire_model::{Kv, TsRecord, Value};
 use fleetwire_rules::{
-    evaluate, ActiveAlarm, AlarmEvent, DeviceState, EntityField, Environment, Input,
-    ProfileAlarms, Severity, Transition,
+    evaluate, ActiveAlarm, AlarmEvent, DeviceState, EntityField, Environment, Input, ProfileAlarms,
+    Severity, Transition,
 };
 use serde_json::{json, Map, Value as Json};
 
@@ -59,7 +59,9 @@ impl Environment for TestEnv {
     }
 
     fn device_attribute(&self, scope: AttributeScope, key: &str) -> Option<Value> {
-        self.attributes.get(&(scope.code(), key.to_owned())).cloned()
+        self.attributes
+            .get(&(scope.code(), key.to_owned()))
+            .cloned()
     }
 
     fn customer_attribute(&self, key: &str) -> Option<Value> {
@@ -268,16 +270,22 @@ fn check_transitions(actual: &[Transition], expect: &Json) -> Result<(), String>
         return Err(mismatch());
     }
     for (got, want) in actual.iter().zip(expect) {
-        let want = want.as_object().ok_or("each expectation must be an object")?;
+        let want = want
+            .as_object()
+            .ok_or("each expectation must be an object")?;
         let (kind, fields) = want.iter().next().ok_or("empty expectation")?;
         let required = REQUIRED
             .iter()
             .find(|(k, _)| k == kind)
             .ok_or_else(|| format!("unknown transition kind {kind:?}"))?
             .1;
-        let fields = fields.as_object().ok_or("transition fields must be an object")?;
+        let fields = fields
+            .as_object()
+            .ok_or("transition fields must be an object")?;
         if let Some(missing) = required.iter().find(|f| !fields.contains_key(**f)) {
-            return Err(format!("expectation {kind} lacks required field {missing:?}"));
+            return Err(format!(
+                "expectation {kind} lacks required field {missing:?}"
+            ));
         }
         let Some(got_fields) = got.get(kind).and_then(Json::as_object) else {
             return Err(mismatch());
@@ -383,7 +391,9 @@ fn run_input(
             };
             let mut records = Vec::new();
             for group in &groups {
-                let ts = group["ts"].as_i64().ok_or("telemetry needs an integer ts")?;
+                let ts = group["ts"]
+                    .as_i64()
+                    .ok_or("telemetry needs an integer ts")?;
                 records.push(TsRecord {
                     ts,
                     kvs: kvs(&group["values"])?,
@@ -407,7 +417,13 @@ fn run_input(
         "attributes" => {
             let scope = scope_of(body["scope"].as_str().ok_or("attributes need a scope")?)?;
             let kvs = kvs(&body["values"])?;
-            let out = evaluate(rules, state, env, now, Input::Attributes { scope, kvs: &kvs });
+            let out = evaluate(
+                rules,
+                state,
+                env,
+                now,
+                Input::Attributes { scope, kvs: &kvs },
+            );
             for kv in kvs {
                 env.attributes.insert((scope.code(), kv.key), kv.value);
             }
@@ -429,10 +445,7 @@ fn run_input(
                 state,
                 env,
                 now,
-                Input::AttributesDeleted {
-                    scope,
-                    keys: &keys,
-                },
+                Input::AttributesDeleted { scope, keys: &keys },
             )
         }
         "activity" => {
@@ -479,13 +492,17 @@ fn run_file(path: &Path) -> Result<usize, String> {
     if let Some(initial) = scenario.get("env") {
         env.update(initial).map_err(|e| format!("env: {e}"))?;
     }
-    let steps = scenario["steps"].as_array().ok_or("steps must be an array")?;
+    let steps = scenario["steps"]
+        .as_array()
+        .ok_or("steps must be an array")?;
     if steps.is_empty() {
         return Err("no steps".into());
     }
     let mut state = DeviceState::default();
     for (i, step) in steps.iter().enumerate() {
-        let step = step.as_object().ok_or(format!("step {i} is not an object"))?;
+        let step = step
+            .as_object()
+            .ok_or(format!("step {i} is not an object"))?;
         run_step(&rules, &mut state, &mut env, step).map_err(|e| {
             let note = step.get("note").and_then(Json::as_str).unwrap_or("");
             format!("step {i} ({note}): {e}")
