@@ -123,6 +123,7 @@ pub enum Transition {
 }
 
 impl Transition {
+    /// The type of the alarm the transition is about.
     pub fn alarm_type(&self) -> &str {
         match self {
             Transition::Create { alarm_type, .. }

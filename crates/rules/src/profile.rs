@@ -19,14 +19,20 @@ use crate::schedule::Schedule;
 /// value is a more severe alarm (reference section 4.8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Severity {
+    /// `CRITICAL`, the highest.
     Critical,
+    /// `MAJOR`.
     Major,
+    /// `MINOR`.
     Minor,
+    /// `WARNING`.
     Warning,
+    /// `INDETERMINATE`, the lowest.
     Indeterminate,
 }
 
 impl Severity {
+    /// Every severity, highest first.
     pub const ALL: [Severity; 5] = [
         Severity::Critical,
         Severity::Major,
@@ -68,9 +74,13 @@ impl fmt::Display for Severity {
 /// once, when the device's snapshot is created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EntityField {
+    /// `name`: the device name (STRING).
     Name,
+    /// `type`: the device type, i.e. its profile name (STRING).
     Type,
+    /// `label`: the device label (STRING), often unset.
     Label,
+    /// `createdTime`: epoch ms (LONG).
     CreatedTime,
 }
 

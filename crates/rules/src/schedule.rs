@@ -279,6 +279,10 @@ fn parse_offset_seconds(text: &str) -> Option<i32> {
         b'-' => (-1, &text[1..]),
         _ => return None,
     };
+    // ASCII only, so the fixed-width slicing below stays on character boundaries.
+    if !digits.bytes().all(|b| b.is_ascii_digit() || b == b':') {
+        return None;
+    }
     let parts: Vec<&str> = if digits.contains(':') {
         digits.split(':').collect()
     } else if digits.len() <= 2 {
@@ -324,6 +328,8 @@ mod tests {
         let utc_minus = zone_by_name("UTC-0530").map(|z| z.to_offset(Timestamp::UNIX_EPOCH));
         assert_eq!(utc_minus, Offset::from_seconds(-(5 * 3600 + 30 * 60)).ok());
         assert!(zone_by_name("+19:00").is_none());
+        assert!(zone_by_name("+é12").is_none());
+        assert!(zone_by_name("GMT+3").is_some());
     }
 
     #[test]
