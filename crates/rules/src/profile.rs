@@ -4,6 +4,7 @@
 //! vector instead of hashing key names, and each rule carries the bit mask of the keys that trigger it.
 
 use std::fmt;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -256,6 +257,9 @@ pub struct ProfileAlarms {
     pub(crate) counter_count: usize,
     pub(crate) has_duration: bool,
     pub(crate) mask_words: usize,
+    /// A hash of the snapshot keys and the rules' layout: a device state built for another shape
+    /// (the profile was edited) must start over, or a slot could hold another key's value.
+    pub(crate) shape: u64,
 }
 
 /// The most create rules one alarm definition can have: one per severity.
@@ -392,12 +396,14 @@ impl ProfileAlarms {
             definition.create_rules.sort_by_key(|r| r.severity);
             alarms.push(definition);
         }
+        let shape = shape_hash(&keys.slots, &alarms);
         Ok(ProfileAlarms {
             slots: keys.slots,
             alarms,
             counter_count,
             has_duration,
             mask_words,
+            shape,
         })
     }
 
@@ -433,6 +439,22 @@ impl ProfileAlarms {
             .iter()
             .position(|s| s.kind == kind && &*s.name == key)
     }
+}
+
+/// Deterministic (`DefaultHasher::new()` has fixed keys), so equal profiles give equal shapes.
+fn shape_hash(slots: &[Slot], alarms: &[AlarmDefinition]) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    for slot in slots {
+        slot.kind.hash(&mut hasher);
+        slot.name.hash(&mut hasher);
+    }
+    for alarm in alarms {
+        alarm.alarm_type.hash(&mut hasher);
+        for rule in alarm.create_rules.iter().chain(alarm.clear_rule.as_ref()) {
+            rule.severity.hash(&mut hasher);
+        }
+    }
+    hasher.finish()
 }
 
 fn parse_rule(

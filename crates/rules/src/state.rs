@@ -31,12 +31,15 @@ pub(crate) enum Overlay {
 /// One device's evaluation state for one [`ProfileAlarms`]. Start with `DeviceState::default()`; the
 /// first input that touches a referenced key seeds the snapshot from the [`Environment`] (latest
 /// telemetry, device attributes, entity fields), as ThingsBoard loads it from the database on a device's
-/// first message. If the state is used with a profile of a different shape (the profile was edited),
-/// it starts over: counters are dropped and the snapshot is seeded again.
+/// first message. If the state is used with a profile whose keys or rules differ (the profile was
+/// edited), it starts over: counters are dropped and the snapshot is seeded again (ThingsBoard keeps
+/// the counters of alarm rules that survive an edit).
 ///
 /// Memory: one `Option<Value>` per referenced key, 24 bytes per rule, a few words besides.
 #[derive(Debug, Clone, Default)]
 pub struct DeviceState {
+    /// `ProfileAlarms::shape` of the rules this state was built for.
+    pub(crate) shape: u64,
     pub(crate) seeded: bool,
     /// The snapshot timestamp: the ts of the latest telemetry group, or the time of the latest
     /// attribute update (ThingsBoard's `DataSnapshot.ts`); 0 before any.
@@ -68,12 +71,14 @@ impl DeviceState {
 
     /// Resizes to `rules`' shape, starting over if the shape changed.
     pub(crate) fn fit(&mut self, rules: &ProfileAlarms) {
-        let fits = self.values.len() == rules.slots.len()
+        let fits = self.shape == rules.shape
+            && self.values.len() == rules.slots.len()
             && self.counters.len() == rules.counter_count
             && self.overlay.len() == rules.alarms.len()
             && self.changed.len() == rules.mask_words;
         if !fits {
             *self = DeviceState {
+                shape: rules.shape,
                 seeded: false,
                 ts: 0,
                 values: vec![None; rules.slots.len()],
@@ -140,5 +145,102 @@ fn same_value(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Double(x), Value::Double(y)) => crate::convert::java_double_equals(*x, *y),
         _ => a == b,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fleetwire_model::{Kv, TsRecord};
+    use serde_json::json;
+
+    use super::*;
+    use crate::evaluate::{evaluate, ActiveAlarm, Input};
+
+    struct NoStores;
+
+    impl Environment for NoStores {
+        fn entity_field(&self, _: EntityField) -> Option<Value> {
+            None
+        }
+        fn latest_telemetry(&self, _: &str) -> Option<Value> {
+            None
+        }
+        fn device_attribute(&self, _: AttributeScope, _: &str) -> Option<Value> {
+            None
+        }
+        fn customer_attribute(&self, _: &str) -> Option<Value> {
+            None
+        }
+        fn tenant_attribute(&self, _: &str) -> Option<Value> {
+            None
+        }
+        fn current_alarm(&self, _: &str) -> Option<ActiveAlarm> {
+            None
+        }
+    }
+
+    /// One REPEATING (x 3) rule on the time series `key`.
+    fn repeating_on(key: &str) -> ProfileAlarms {
+        let alarms = json!([{"id": "1", "alarmType": "a", "createRules": {"MAJOR": {
+            "condition": {"condition": [{"key": {"type": "TIME_SERIES", "key": key},
+                "valueType": "NUMERIC", "value": null,
+                "predicate": {"type": "NUMERIC", "operation": "GREATER",
+                              "value": {"defaultValue": 0, "userValue": null, "dynamicValue": null}}}],
+                "spec": {"type": "REPEATING", "predicate": {"defaultValue": 3}}}}}}]);
+        ProfileAlarms::parse(&alarms).expect("parses")
+    }
+
+    fn point(ts: i64, key: &str) -> [TsRecord; 1] {
+        [TsRecord {
+            ts,
+            kvs: vec![Kv {
+                key: key.to_owned(),
+                value: Value::Long(1),
+            }],
+        }]
+    }
+
+    #[test]
+    fn an_edited_profile_starts_the_state_over() {
+        let temp = repeating_on("temp");
+        let mut state = DeviceState::default();
+        for ts in [1, 2] {
+            let out = evaluate(
+                &temp,
+                &mut state,
+                &NoStores,
+                ts,
+                Input::Telemetry(&point(ts, "temp")),
+            );
+            assert!(out.is_empty());
+        }
+        assert_eq!(state.counters()[0].event_count, 2);
+        assert_eq!(state.values[0], Some(Value::Long(1)));
+
+        // Same number of keys and rules, another key: the old counters and value must not leak.
+        let hum = repeating_on("hum");
+        let out = evaluate(
+            &hum,
+            &mut state,
+            &NoStores,
+            3,
+            Input::Telemetry(&point(3, "temp")),
+        );
+        assert!(out.is_empty());
+        assert_eq!(state.counters()[0].event_count, 0);
+        assert_eq!(state.values[0], None);
+        assert!(!state.is_seeded(), "an irrelevant input does not seed");
+
+        // The same profile parsed again has the same shape: the state carries on.
+        let again = repeating_on("hum");
+        let out = evaluate(
+            &again,
+            &mut state,
+            &NoStores,
+            4,
+            Input::Telemetry(&point(4, "hum")),
+        );
+        assert!(out.is_empty());
+        assert_eq!(state.counters()[0].event_count, 1);
     }
 }
