@@ -8,10 +8,8 @@ use serde_json::{Map, Value as Json};
 
 use crate::convert::{to_i64, to_java_string};
 use crate::predicate::Scope;
-use crate::profile::{
-    AlarmDefinition, AlarmRule, EntityField, FilterKey, KeyKind, ProfileAlarms, Severity, Spec,
-    SpecValue,
-};
+use crate::profile::{AlarmDefinition, EntityField, KeyKind, ProfileAlarms, Severity};
+use crate::rule::{AlarmRule, FilterKey, Spec, SpecValue};
 use crate::state::{DeviceState, Overlay, RuleCounters};
 
 /// What the evaluator reads from outside the device state: the server's stores. Implementations

@@ -70,6 +70,7 @@ mod evaluate;
 mod json;
 mod predicate;
 mod profile;
+mod rule;
 mod schedule;
 mod state;
 
