@@ -105,6 +105,13 @@ impl ApiError {
             ApiError::Json { status, .. } | ApiError::Plain { status, .. } => *status,
         }
     }
+
+    /// The human-readable message.
+    pub fn message(&self) -> String {
+        match self {
+            ApiError::Json { message, .. } | ApiError::Plain { message, .. } => message.clone(),
+        }
+    }
 }
 
 /// A write the ingest path refused: too large → 413 (plain text); anything else (log poisoned, shutting

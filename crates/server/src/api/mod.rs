@@ -21,6 +21,7 @@ pub mod page;
 pub mod profiles;
 pub mod telemetry;
 pub mod token;
+pub mod ws;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, Uri};
@@ -45,6 +46,7 @@ pub fn router(state: AppState) -> Router {
         .merge(dashboards::routes())
         .merge(telemetry::routes())
         .merge(attributes::routes())
+        .merge(ws::routes())
         .merge(crate::ingest::http::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
