@@ -1,8 +1,8 @@
 //! Alarms (ThingsBoard reference 4.8): the entity, its validation, and the writes the REST API makes.
 //!
 //! ThingsBoard's rule is that an originator has at most one *active* (uncleared) alarm of a type: creating
-//! one while it exists updates it. The database enforces it with a partial unique index, and
-//! [`ActiveAlarms`](crate::alarm_index::ActiveAlarms) mirrors the active alarms in memory so that the
+//! one while it exists updates it. The database enforces it with a partial unique index, and the index
+//! of [`alarm_index`](crate::alarm_index) mirrors the active alarms in memory so that the
 //! alarm-rule evaluator can find them without SQLite. Every write here keeps that index in step, after
 //! its transaction committed and under the connection lock, so the index changes in commit order.
 //!

@@ -1,4 +1,5 @@
-//! [`ActiveAlarms`]: every active (uncleared) alarm by originator and type, in memory.
+//! `ActiveAlarms`: every active (uncleared) alarm by originator and type, in memory, and
+//! [`Entities::active_alarm`], the lookup the alarm-rule evaluator makes.
 //!
 //! The alarm-rule evaluator asks "what is the current alarm of (device, type)" for every message it
 //! evaluates, on the processor threads; a SQLite read there would put the connection lock on the ingest
