@@ -640,3 +640,82 @@ async fn alarm_types(
         |t| json!({"tenantId": tenant, "entityType": "ALARM", "type": t}),
     )))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_params_accept_both_list_forms_and_ignore_empty_values() {
+        let p = ListParams::parse(Some(
+            "pageSize=10&page=0&statusList=ACTIVE,UNACK&statusList=ACK&typeList=battery%20low&\
+             severityList=&searchStatus=&textSearch=x%2Cy"
+                .into(),
+        ));
+        assert_eq!(p.status_list, ["ACTIVE", "UNACK", "ACK"]);
+        assert_eq!(p.type_list, ["battery low"]);
+        assert!(p.severity_list.is_empty() && p.search_status.is_none());
+        assert_eq!(p.page.text_search.as_deref(), Some("x,y"));
+        let (page, query) = p.v2().unwrap();
+        assert_eq!((page.page_size, page.page), (10, 0));
+        assert_eq!(
+            query.status,
+            AlarmStatusFilter::ANY,
+            "ACK and UNACK cancel out"
+        );
+        assert!(
+            ListParams::parse(None).v1().is_err(),
+            "pageSize is required"
+        );
+        let both = ListParams::parse(Some("searchStatus=ACK&status=ACTIVE_ACK".into()));
+        assert_eq!(
+            both.status_v1().unwrap_err().status(),
+            StatusCode::BAD_REQUEST
+        );
+    }
+
+    #[test]
+    fn alarm_json_has_every_field() {
+        let alarm = Alarm {
+            id: Uuid::new_v4(),
+            created_time: 1,
+            tenant_id: Uuid::new_v4(),
+            customer_id: fleetwire_entities::NULL_UUID,
+            alarm_type: "battery low".into(),
+            originator: Originator::device(Uuid::new_v4()),
+            severity: AlarmSeverity::Critical,
+            acknowledged: true,
+            cleared: false,
+            assignee_id: None,
+            start_ts: 2,
+            end_ts: 3,
+            ack_ts: 4,
+            clear_ts: 0,
+            assign_ts: 0,
+            details: Value::Null,
+            propagation: Propagation::default(),
+        };
+        let out = alarm_json(&alarm);
+        assert_eq!(out.as_object().unwrap().len(), 22);
+        assert_eq!(
+            (out["name"].clone(), out["status"].clone()),
+            (json!("battery low"), json!("ACTIVE_ACK"))
+        );
+        assert_eq!(
+            (out["assigneeId"].clone(), out["details"].clone()),
+            (Value::Null, Value::Null)
+        );
+        assert_eq!(out["propagateRelationTypes"], json!([]));
+        let info = alarm_info_json(&AlarmInfo {
+            alarm,
+            originator_name: Some("meter".into()),
+            originator_label: Some(" ".into()),
+            assignee: None,
+        });
+        assert_eq!(info.as_object().unwrap().len(), 26);
+        assert_eq!(
+            info["originatorDisplayName"], "meter",
+            "a blank label falls back to the name"
+        );
+    }
+}
