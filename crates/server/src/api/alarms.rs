@@ -658,10 +658,13 @@ mod tests {
         assert_eq!(p.page.text_search.as_deref(), Some("x,y"));
         let (page, query) = p.v2().unwrap();
         assert_eq!((page.page_size, page.page), (10, 0));
+        let expected = AlarmStatusFilter {
+            cleared: Some(false),
+            acknowledged: None,
+        };
         assert_eq!(
-            query.status,
-            AlarmStatusFilter::ANY,
-            "ACK and UNACK cancel out"
+            query.status, expected,
+            "ACTIVE alone; ACK and UNACK cancel out"
         );
         assert!(
             ListParams::parse(None).v1().is_err(),
