@@ -324,15 +324,21 @@ impl Entities {
         })
     }
 
-    /// Deletes a device and its credentials, then tells the change listeners.
+    /// Deletes a device, its credentials and its alarms, then tells the change listeners.
     pub fn delete_device(&self, tenant_id: Uuid, device_id: Uuid) -> Result<(), EntityError> {
         self.with_conn_and_cache(|conn, cache| {
             let tx = conn.transaction()?;
             of_tenant(&tx, tenant_id, device_id)?;
-            // Credentials go with the device (ON DELETE CASCADE).
+            // Credentials go with the device (ON DELETE CASCADE); alarms, as in ThingsBoard, too. The
+            // alarm table has no foreign key because an originator need not be a device.
+            tx.execute(
+                "DELETE FROM alarm WHERE originator_type = 'DEVICE' AND originator_id = ?1",
+                [device_id.to_string()],
+            )?;
             tx.execute("DELETE FROM device WHERE id = ?1", [device_id.to_string()])?;
             tx.commit()?;
             cache.write().remove_device(device_id);
+            self.alarm_index().write().remove_originator(device_id);
             Ok(())
         })?;
         self.notify(DeviceChange::Deleted(device_id));

@@ -4,7 +4,7 @@
 //! transaction, and refuses a database whose version is newer than this binary knows (a downgrade would
 //! silently ignore columns it does not understand).
 //!
-//! Ids are UUID strings, times epoch milliseconds, JSON documents text. Customers do not exist yet:
+//! Ids are UUID strings, times epoch milliseconds, JSON documents text, booleans 0/1. Customers do not exist yet:
 //! `customer_id` columns hold ThingsBoard's NULL_UUID.
 
 use rusqlite::Connection;
@@ -92,6 +92,34 @@ const MIGRATIONS: &[&str] = &[
         version INTEGER NOT NULL
     );
     CREATE INDEX dashboard_tenant_created ON dashboard (tenant_id, created_time);",
+    // 2: alarms. The partial unique index is ThingsBoard's rule in the database: at most one active
+    // (uncleared) alarm per originator and type. Severity is stored by name; queries rank it.
+    "CREATE TABLE alarm (
+        id TEXT PRIMARY KEY,
+        created_time INTEGER NOT NULL,
+        tenant_id TEXT NOT NULL REFERENCES tenant (id),
+        customer_id TEXT NOT NULL,
+        type TEXT NOT NULL,
+        originator_type TEXT NOT NULL,
+        originator_id TEXT NOT NULL,
+        severity TEXT NOT NULL,
+        acknowledged INTEGER NOT NULL,
+        cleared INTEGER NOT NULL,
+        assignee_id TEXT,
+        start_ts INTEGER NOT NULL,
+        end_ts INTEGER NOT NULL,
+        ack_ts INTEGER NOT NULL,
+        clear_ts INTEGER NOT NULL,
+        assign_ts INTEGER NOT NULL,
+        details TEXT,
+        propagate INTEGER NOT NULL,
+        propagate_to_owner INTEGER NOT NULL,
+        propagate_to_tenant INTEGER NOT NULL,
+        propagate_relation_types TEXT NOT NULL
+    );
+    CREATE UNIQUE INDEX alarm_active ON alarm (originator_id, type) WHERE cleared = 0;
+    CREATE INDEX alarm_originator_created ON alarm (originator_id, created_time);
+    CREATE INDEX alarm_tenant_created ON alarm (tenant_id, created_time);",
 ];
 
 /// The schema version this binary writes.
@@ -138,6 +166,7 @@ mod tests {
         assert_eq!(
             tables,
             [
+                "alarm",
                 "dashboard",
                 "device",
                 "device_credentials",
@@ -146,6 +175,27 @@ mod tests {
                 "tenant"
             ]
         );
+    }
+
+    #[test]
+    fn upgrades_a_version_1_database_keeping_its_rows() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(MIGRATIONS[0]).unwrap();
+        conn.execute_batch("PRAGMA user_version = 1").unwrap();
+        conn.execute(
+            "INSERT INTO tenant (id, created_time, title) VALUES ('t', 1, 'T')",
+            [],
+        )
+        .unwrap();
+        assert_eq!(migrate(&mut conn).unwrap(), 1);
+        let title: String = conn
+            .query_row("SELECT title FROM tenant", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(title, "T");
+        let alarms: i64 = conn
+            .query_row("SELECT count(*) FROM alarm", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(alarms, 0);
     }
 
     #[test]

@@ -1,10 +1,11 @@
-//! [`Entities`]: the shared handle over the SQLite database, the credentials cache and the change
-//! listeners.
+//! [`Entities`]: the shared handle over the SQLite database, the credentials cache, the active-alarm
+//! index and the change listeners.
 //!
 //! One connection behind a mutex: entity writes are rare next to telemetry (device creation is the
 //! busiest path, thousands per minute at most), each call is one short transaction, and a single writer
-//! is what SQLite allows anyway. Lock order: the connection first, then the credentials cache, so the
-//! cache always changes in the same order as the database; lookups take only the cache's read lock.
+//! is what SQLite allows anyway. Lock order: the connection first, then the credentials cache, then the
+//! active-alarm index, so the in-memory copies always change in the same order as the database; lookups
+//! take only their read lock.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use parking_lot::{Mutex, RwLock};
 use rusqlite::Connection;
 use uuid::Uuid;
 
+use crate::alarm_index::ActiveAlarms;
 use crate::device_auth::AuthCache;
 use crate::{schema, EntityError};
 
@@ -34,11 +36,13 @@ pub struct Entities(Arc<Inner>);
 struct Inner {
     conn: Mutex<Connection>,
     auth: RwLock<AuthCache>,
+    alarms: RwLock<ActiveAlarms>,
     listeners: RwLock<Vec<Listener>>,
 }
 
 impl Entities {
-    /// Opens (creating if needed) the database at `path`, migrates it, and loads the credentials cache.
+    /// Opens (creating if needed) the database at `path`, migrates it, and loads the credentials cache
+    /// and the active-alarm index.
     pub fn open(path: &Path) -> Result<Entities, EntityError> {
         let conn = Connection::open(path).map_err(|e| EntityError::Open {
             path: path.to_path_buf(),
@@ -69,9 +73,11 @@ impl Entities {
             );
         }
         let auth = AuthCache::load(&conn)?;
+        let alarms = ActiveAlarms::load(&conn)?;
         Ok(Entities(Arc::new(Inner {
             conn: Mutex::new(conn),
             auth: RwLock::new(auth),
+            alarms: RwLock::new(alarms),
             listeners: RwLock::new(Vec::new()),
         })))
     }
@@ -99,6 +105,20 @@ impl Entities {
     ) -> Result<T, EntityError> {
         let mut conn = self.0.conn.lock();
         f(&mut conn, &self.0.auth)
+    }
+
+    /// Runs `f` on the connection and the active-alarm index together; as with the credentials cache,
+    /// `f` changes the index only after its transaction committed.
+    pub(crate) fn with_conn_and_alarms<T>(
+        &self,
+        f: impl FnOnce(&mut Connection, &RwLock<ActiveAlarms>) -> Result<T, EntityError>,
+    ) -> Result<T, EntityError> {
+        let mut conn = self.0.conn.lock();
+        f(&mut conn, &self.0.alarms)
+    }
+
+    pub(crate) fn alarm_index(&self) -> &RwLock<ActiveAlarms> {
+        &self.0.alarms
     }
 
     pub(crate) fn cache(&self) -> &RwLock<AuthCache> {

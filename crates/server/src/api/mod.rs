@@ -1,7 +1,8 @@
 //! The ThingsBoard-compatible REST API (reference sections 0 and 4) and the assembly of the whole HTTP app.
 //!
 //! - [`auth`]: login, refresh, current user, the [`auth::CurrentUser`] extractor; [`token`]: the JWTs.
-//! - [`devices`], [`credentials`], [`profiles`], [`dashboards`]: one resource each, with its JSON.
+//! - [`devices`], [`credentials`], [`profiles`], [`dashboards`], [`alarms`]: one resource each, with its
+//!   JSON.
 //! - [`telemetry`]: telemetry and attribute endpoints (the lead's).
 //! - [`error`]: [`error::ApiError`], ThingsBoard's error body; [`extract`]: extractors that fail with it.
 //! - [`page`], [`json`]: page parameters and results, entity ids.
@@ -9,6 +10,7 @@
 //! Entity-store calls are blocking (a SQLite transaction, or argon2 at login), so handlers run them on
 //! tokio's blocking pool through [`blocking`]; async tasks never wait on the store's lock.
 
+pub mod alarms;
 pub mod attributes;
 pub mod auth;
 pub mod credentials;
@@ -44,6 +46,7 @@ pub fn router(state: AppState) -> Router {
         .merge(credentials::routes())
         .merge(profiles::routes())
         .merge(dashboards::routes())
+        .merge(alarms::routes())
         .merge(telemetry::routes())
         .merge(attributes::routes())
         .merge(ws::routes())

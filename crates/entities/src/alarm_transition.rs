@@ -1,0 +1,175 @@
+//! The alarm-rule evaluator's writes (reference 5.2 points 4 to 6): raise (create, or update the
+//! active alarm without ever lowering its severity) and clear, each returning the stored alarm and
+//! what happened, so the evaluator can emit "Alarm Created" / "Alarm Updated" / "Alarm Severity
+//! Updated" / "Alarm Cleared".
+//!
+//! The current alarm is found in the in-memory index, so an evaluation whose outcome is "unchanged"
+//! touches SQLite only to return the stored row, and an evaluator that checks
+//! [`Entities::active_alarm`] first need not call at all.
+
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::alarm::{self, Alarm, AlarmSeverity, Originator, Propagation};
+use crate::{Entities, EntityError};
+
+/// What a transition did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlarmOutcome {
+    /// No active alarm existed; this one was created ("Alarm Created", isNewAlarm).
+    Created,
+    /// The active alarm kept its severity; details and `endTs` were updated ("Alarm Updated").
+    Updated,
+    /// The active alarm got a higher severity ("Alarm Severity Updated").
+    SeverityUpdated,
+    /// The active alarm was cleared ("Alarm Cleared").
+    Cleared,
+    /// Nothing was written: the raise had a lower severity than the active alarm.
+    Unchanged,
+}
+
+/// A stored alarm and what the transition did to it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlarmWrite {
+    pub alarm: Alarm,
+    pub outcome: AlarmOutcome,
+}
+
+/// A create rule of a device's profile evaluated TRUE.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlarmRaise<'a> {
+    /// The device; its tenant and customer become the alarm's.
+    pub device_id: Uuid,
+    pub alarm_type: &'a str,
+    pub severity: AlarmSeverity,
+    /// `{"data": "<alarmDetails with ${key} replaced>", …}` or `{}`.
+    pub details: Value,
+    /// The data's timestamp: `startTs = endTs` of a new alarm. 0 or later than now means now.
+    pub data_ts: i64,
+    /// Copied onto a new alarm; an update keeps the alarm's own.
+    pub propagation: &'a Propagation,
+}
+
+impl Entities {
+    /// Raises the alarm of a device's create rule at `now_ms`:
+    /// - no active alarm of (device, type): creates one, `startTs = endTs = data_ts` → `Created`;
+    /// - an active alarm of a lower severity: raises its severity, replaces its details, `endTs = now`
+    ///   → `SeverityUpdated`;
+    /// - of the same severity: replaces its details, `endTs = now` → `Updated`;
+    /// - of a higher severity: writes nothing → `Unchanged` (severity never goes down).
+    ///
+    /// NotFound if the device does not exist. One transaction; the in-memory index follows the commit.
+    pub fn raise_alarm(&self, raise: &AlarmRaise, now_ms: i64) -> Result<AlarmWrite, EntityError> {
+        self.with_conn_and_alarms(|conn, index| {
+            let active = index.read().get(raise.device_id, raise.alarm_type);
+            let tx = conn.transaction()?;
+            let (alarm, outcome) = match active {
+                None => {
+                    let originator = Originator::device(raise.device_id);
+                    let (tenant_id, customer_id) = alarm::originator_owner(&tx, &originator)?;
+                    let ts = if raise.data_ts <= 0 || raise.data_ts > now_ms {
+                        now_ms
+                    } else {
+                        raise.data_ts
+                    };
+                    let created = Alarm {
+                        id: Uuid::new_v4(),
+                        created_time: now_ms,
+                        tenant_id,
+                        customer_id,
+                        alarm_type: raise.alarm_type.to_string(),
+                        originator,
+                        severity: raise.severity,
+                        acknowledged: false,
+                        cleared: false,
+                        assignee_id: None,
+                        start_ts: ts,
+                        end_ts: ts,
+                        ack_ts: 0,
+                        clear_ts: 0,
+                        assign_ts: 0,
+                        details: raise.details.clone(),
+                        propagation: raise.propagation.clone(),
+                    };
+                    (created, AlarmOutcome::Created)
+                }
+                Some(current) => {
+                    let stored = stored_active(&tx, current.id)?;
+                    if current.severity.is_above(raise.severity) {
+                        return Ok(AlarmWrite {
+                            alarm: stored,
+                            outcome: AlarmOutcome::Unchanged,
+                        });
+                    }
+                    let outcome = if raise.severity == current.severity {
+                        AlarmOutcome::Updated
+                    } else {
+                        AlarmOutcome::SeverityUpdated
+                    };
+                    let updated = Alarm {
+                        severity: raise.severity,
+                        details: raise.details.clone(),
+                        end_ts: now_ms.max(stored.start_ts),
+                        ..stored
+                    };
+                    (updated, outcome)
+                }
+            };
+            alarm::write(&tx, &alarm)?;
+            tx.commit()?;
+            alarm::reindex(&mut index.write(), &alarm);
+            Ok(AlarmWrite { alarm, outcome })
+        })
+    }
+
+    /// Clears the active alarm of (originator, type) at `now_ms` (a clear rule evaluated TRUE),
+    /// replacing its details when `details` is given → `Cleared`. `None` if there is no active alarm.
+    pub fn clear_active_alarm(
+        &self,
+        originator: Uuid,
+        alarm_type: &str,
+        details: Option<Value>,
+        now_ms: i64,
+    ) -> Result<Option<AlarmWrite>, EntityError> {
+        self.with_conn_and_alarms(|conn, index| {
+            let Some(current) = index.read().get(originator, alarm_type) else {
+                return Ok(None);
+            };
+            let tx = conn.transaction()?;
+            let stored = stored_active(&tx, current.id)?;
+            let alarm = Alarm {
+                cleared: true,
+                clear_ts: now_ms,
+                details: details.unwrap_or(stored.details.clone()),
+                ..stored
+            };
+            alarm::write(&tx, &alarm)?;
+            tx.commit()?;
+            alarm::reindex(&mut index.write(), &alarm);
+            Ok(Some(AlarmWrite {
+                alarm,
+                outcome: AlarmOutcome::Cleared,
+            }))
+        })
+    }
+}
+
+/// The row of an alarm the index holds as active. Its absence, or a cleared row, means the index and
+/// the database disagree, which the write path never allows.
+fn stored_active(conn: &rusqlite::Connection, id: Uuid) -> Result<Alarm, EntityError> {
+    match alarm::by_id(conn, id)? {
+        Some(alarm) if !alarm.cleared => Ok(alarm),
+        other => Err(EntityError::Corrupt {
+            table: "alarm",
+            id: id.to_string(),
+            reason: format!(
+                "the active-alarm index holds it but the row is {}",
+                if other.is_some() {
+                    "cleared"
+                } else {
+                    "missing"
+                }
+            ),
+        }),
+    }
+}
