@@ -64,7 +64,7 @@ impl Fixture {
                     device_id: device,
                     alarm_type,
                     severity,
-                    details: json!({"data": format!("{} at {now}", severity.as_str())}),
+                    details: Some(json!({"data": format!("{} at {now}", severity.as_str())})),
                     data_ts: now - 5,
                     propagation: &Propagation::default(),
                 },
@@ -506,7 +506,7 @@ fn evaluator_transitions() {
         device_id: f.device,
         alarm_type: "future",
         severity: AlarmSeverity::Minor,
-        details: json!({}),
+        details: Some(json!({})),
         data_ts: NOW + 1_000_000,
         propagation: &Propagation {
             to_tenant: true,

@@ -42,8 +42,9 @@ pub struct AlarmRaise<'a> {
     pub device_id: Uuid,
     pub alarm_type: &'a str,
     pub severity: AlarmSeverity,
-    /// `{"data": "<alarmDetails with ${key} replaced>", …}` or `{}`.
-    pub details: Value,
+    /// `{"data": "<alarmDetails with ${key} replaced>", …}`; `None`: the rule has no details, so a new
+    /// alarm gets `{}` and an updated one keeps its own.
+    pub details: Option<Value>,
     /// The data's timestamp: `startTs = endTs` of a new alarm. 0 or later than now means now.
     pub data_ts: i64,
     /// Copied onto a new alarm; an update keeps the alarm's own.
@@ -88,7 +89,10 @@ impl Entities {
                         ack_ts: 0,
                         clear_ts: 0,
                         assign_ts: 0,
-                        details: raise.details.clone(),
+                        details: raise
+                            .details
+                            .clone()
+                            .unwrap_or_else(|| Value::Object(Default::default())),
                         propagation: raise.propagation.clone(),
                     };
                     (created, AlarmOutcome::Created)
@@ -108,7 +112,7 @@ impl Entities {
                     };
                     let updated = Alarm {
                         severity: raise.severity,
-                        details: raise.details.clone(),
+                        details: raise.details.clone().unwrap_or(stored.details.clone()),
                         end_ts: now_ms.max(stored.start_ts),
                         ..stored
                     };

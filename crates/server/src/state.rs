@@ -60,7 +60,7 @@ impl AppState {
         let entities = Entities::open(&config.data_dir.join("entities.sqlite3"))?;
         let auth = Auth::new(&config.auth, &config.data_dir)
             .map_err(|e| StartError::Auth(e.to_string()))?;
-        let ingest = Ingest::open(&config)?;
+        let ingest = Ingest::open(&config, &entities)?;
         let config_activity = config.activity.clone();
         let state = AppState(Arc::new(Shared {
             config,

@@ -301,7 +301,7 @@ async fn the_evaluator_and_rest_share_the_active_alarm() {
         device_id,
         alarm_type: "battery low",
         severity,
-        details: json!({"data": "battery = 10"}),
+        details: Some(json!({"data": "battery = 10"})),
         data_ts: 0,
         propagation: &propagation,
     };

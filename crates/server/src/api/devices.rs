@@ -187,6 +187,7 @@ async fn save_device(
         save(e, tenant_id, draft, credentials, &params)
     })
     .await?;
+    state.ingest.devices_changed();
     Ok(Json(device_json(&device)))
 }
 
@@ -235,6 +236,7 @@ async fn save_device_with_credentials(
         Ok(device)
     })
     .await?;
+    state.ingest.devices_changed();
     Ok(Json(device_json(&device)))
 }
 
@@ -269,6 +271,7 @@ async fn delete_device(
         Ok(e.delete_device(tenant_id, id)?)
     })
     .await?;
+    state.ingest.devices_changed();
     Ok(StatusCode::OK)
 }
 

@@ -145,6 +145,7 @@ async fn save_profile(
         Ok(e.save_device_profile(tenant_id, &draft)?)
     })
     .await?;
+    state.ingest.profiles_changed();
     Ok(Json(profile_json(&profile)))
 }
 
@@ -192,6 +193,7 @@ async fn delete_profile(
         Ok(e.delete_device_profile(tenant_id, id)?)
     })
     .await?;
+    state.ingest.profiles_changed();
     Ok(StatusCode::OK)
 }
 

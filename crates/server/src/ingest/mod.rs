@@ -7,6 +7,7 @@
 //! the time-series store; it checkpoints the log once the store has persisted what the records carried, so
 //! a crash replays exactly what was not yet persisted.
 
+mod alarms;
 pub mod attributes;
 pub mod events;
 pub mod http;
@@ -26,6 +27,7 @@ use uuid::Uuid;
 
 use crate::config::{Config, Durability};
 use attributes::AttributeStore;
+use fleetwire_entities::Entities;
 
 #[derive(Debug, thiserror::Error)]
 pub enum IngestError {
@@ -58,6 +60,8 @@ pub struct Ingest {
     tsdb: Arc<Tsdb>,
     attributes: Arc<AttributeStore>,
     events: Arc<events::Events>,
+    /// Bumped when a device or profile changes, so processors re-read alarm rules.
+    generations: Arc<alarms::Generations>,
     progress: Arc<Vec<PartitionProgress>>,
     shutdown: Arc<AtomicBool>,
     processors: Mutex<Vec<std::thread::JoinHandle<()>>>,
@@ -66,7 +70,7 @@ pub struct Ingest {
 impl Ingest {
     /// Opens (and recovers) the log and the stores under the data dir and starts one processor per
     /// partition, which first replays what the stores had not persisted.
-    pub fn open(config: &Config) -> Result<Ingest, IngestError> {
+    pub fn open(config: &Config, entities: &Entities) -> Result<Ingest, IngestError> {
         let dir = &config.data_dir;
         let (durable_tx, durable) = watch::channel(0u64);
         let mut log_options = LogOptions::new(dir.join("log"));
@@ -104,6 +108,7 @@ impl Ingest {
         );
         let shutdown = Arc::new(AtomicBool::new(false));
         let events = Arc::new(events::Events::default());
+        let generations = Arc::new(alarms::Generations::default());
         let mut processors = Vec::new();
         for partition in 0..partitions {
             let worker = processor::Processor {
@@ -112,6 +117,7 @@ impl Ingest {
                 tsdb: tsdb.clone(),
                 attributes: attributes.clone(),
                 events: events.clone(),
+                alarms: alarms::AlarmRules::new(entities.clone(), generations.clone()),
                 progress: progress.clone(),
                 shutdown: shutdown.clone(),
                 head_age_max: Duration::from_secs(config.tsdb.head_age_max_s),
@@ -130,6 +136,7 @@ impl Ingest {
             tsdb,
             attributes,
             events,
+            generations,
             progress,
             shutdown,
             processors: Mutex::new(processors),
@@ -248,6 +255,18 @@ impl Ingest {
 
     pub fn attributes(&self) -> &AttributeStore {
         &self.attributes
+    }
+
+    /// Tells the processors that a device profile changed: they parse alarm rules again, and every
+    /// device's rule state starts over.
+    pub fn profiles_changed(&self) {
+        self.generations.profiles.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Tells the processors that a device was saved or deleted: they re-check the profile of the devices
+    /// they track.
+    pub fn devices_changed(&self) {
+        self.generations.devices.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Updates the processors publish for devices once records are applied.

@@ -17,9 +17,12 @@ use fleetwire_model::Record;
 use fleetwire_tsdb::{Source, Tsdb};
 use uuid::Uuid;
 
+use super::alarms::AlarmRules;
 use super::attributes::AttributeStore;
 use super::events::{Events, Interest, Update};
+use super::now_ms;
 use super::PartitionProgress;
+use fleetwire_rules::Input;
 
 /// How often the processor seals old heads, persists and checkpoints.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
@@ -32,6 +35,7 @@ pub(super) struct Processor {
     pub tsdb: Arc<Tsdb>,
     pub attributes: Arc<AttributeStore>,
     pub events: Arc<Events>,
+    pub alarms: AlarmRules,
     pub progress: Arc<Vec<PartitionProgress>>,
     pub shutdown: Arc<AtomicBool>,
     /// Heads holding log records older than this are sealed, so the log behind them can be reclaimed.
@@ -41,7 +45,7 @@ pub(super) struct Processor {
 }
 
 impl Processor {
-    pub fn run(self) {
+    pub fn run(mut self) {
         loop {
             match self.run_inner() {
                 Ok(()) => return,
@@ -58,7 +62,7 @@ impl Processor {
         }
     }
 
-    fn run_inner(&self) -> Result<(), super::IngestError> {
+    fn run_inner(&mut self) -> Result<(), super::IngestError> {
         let partition = self.partition;
         let log_partition = u32::from(partition);
         let start = self.log.checkpoint_of(log_partition)?;
@@ -66,7 +70,8 @@ impl Processor {
         let replay_started = Instant::now();
         let mut replayed = 0u64;
         let mut offset = start;
-        let progress = &self.progress[usize::from(partition)];
+        let all_progress = self.progress.clone();
+        let progress = &all_progress[usize::from(partition)];
         progress.applied.store(offset, Ordering::Release);
         let mut last_checkpoint = Instant::now();
         let mut replaying = true;
@@ -98,6 +103,7 @@ impl Processor {
                     }
                 }
             }
+            self.alarms.tick(&self.tsdb, &self.attributes, now_ms());
             let stopping = self.shutdown.load(Ordering::Acquire);
             if stopping || last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL {
                 let now = Instant::now();
@@ -127,7 +133,7 @@ impl Processor {
         }
     }
 
-    fn apply(&self, offset: u64, bytes: &[u8]) {
+    fn apply(&mut self, offset: u64, bytes: &[u8]) {
         let source = Source {
             partition: self.partition,
             pos: offset,
@@ -137,6 +143,15 @@ impl Processor {
             Ok(Record::Telemetry { entity, records }) => {
                 let written = self.tsdb.write_records(source, entity, &records);
                 let device = Uuid::from_u128(entity);
+                if written.is_ok() {
+                    self.alarms.on_input(
+                        &self.tsdb,
+                        &self.attributes,
+                        device,
+                        Input::Telemetry(&records),
+                        now_ms(),
+                    );
+                }
                 if written.is_ok() && events.wants(device, Interest::TELEMETRY) {
                     events.publish(device, &Update::Telemetry(Arc::new(records)));
                 }
@@ -150,6 +165,13 @@ impl Processor {
             }) => {
                 self.attributes.apply(entity, scope, ts, &kvs);
                 let device = Uuid::from_u128(entity);
+                self.alarms.on_input(
+                    &self.tsdb,
+                    &self.attributes,
+                    device,
+                    Input::Attributes { scope, kvs: &kvs },
+                    now_ms(),
+                );
                 // Only SHARED changes are pushed to the device (reference 1.7).
                 if scope == AttributeScope::Shared
                     && !kvs.is_empty()
@@ -176,6 +198,13 @@ impl Processor {
             }) => {
                 self.attributes.delete(entity, scope, &keys);
                 let device = Uuid::from_u128(entity);
+                self.alarms.on_input(
+                    &self.tsdb,
+                    &self.attributes,
+                    device,
+                    Input::AttributesDeleted { scope, keys: &keys },
+                    now_ms(),
+                );
                 if scope == AttributeScope::Shared
                     && !keys.is_empty()
                     && events.wants(device, Interest::SHARED_PUSH)
