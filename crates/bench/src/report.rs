@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::fleet::Counters;
 use crate::scenario::{Rate, Scenario, Transport};
 use crate::stats::Latency;
-use crate::verify::VerifyReport;
+use crate::verify::{AlarmReport, VerifyReport};
 
 /// The result of a run; `--json` prints it as is.
 #[derive(Debug, Clone, Serialize)]
@@ -30,6 +30,8 @@ pub struct Report {
     pub timeline: Vec<Second>,
     pub verification: Option<VerifyReport>,
     pub verify_s: Option<f64>,
+    /// With alarm messages: the active "battery low" alarms against the devices that got them.
+    pub alarms: Option<AlarmReport>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -125,7 +127,8 @@ impl Report {
     /// True if verification (when on) found nothing missing and the run did what it set out to: a run
     /// that offers load must get something acknowledged, an idle run (rate 0) must connect its devices.
     pub fn ok(&self) -> bool {
-        let verified = self.verification.as_ref().is_none_or(VerifyReport::ok);
+        let verified = self.verification.as_ref().is_none_or(VerifyReport::ok)
+            && self.alarms.as_ref().is_none_or(AlarmReport::ok);
         let idle = self.scenario.rate == Rate::PerSecond(0.0);
         let worked = if idle {
             self.totals.connect_failures == 0 && self.totals.refused == 0
@@ -222,6 +225,23 @@ impl Report {
             }
             None => {
                 let _ = writeln!(out, "verification  off");
+            }
+        }
+        if let Some(a) = &self.alarms {
+            let _ = writeln!(
+                out,
+                "alarms        {} devices got alarm messages, {} have exactly one active CRITICAL alarm{}{}",
+                a.devices_alarmed,
+                a.with_one_critical,
+                if a.others_with_alarm > 0 {
+                    format!(" ({} other devices keep alarms of earlier runs)", a.others_with_alarm)
+                } else {
+                    String::new()
+                },
+                if a.ok() { "" } else { "  FAILED" }
+            );
+            for e in &a.examples {
+                let _ = writeln!(out, "              {e}");
             }
         }
         let _ = writeln!(out);

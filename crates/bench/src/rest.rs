@@ -241,6 +241,34 @@ impl Rest {
         Ok(ids)
     }
 
+    /// Active "battery low" alarms of the tenant: (originator name, severity) of each.
+    pub async fn active_battery_alarms(&mut self) -> Result<Vec<(String, String)>> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct AlarmOut {
+            originator_name: Option<String>,
+            severity: String,
+        }
+        let mut found = Vec::new();
+        for page in 0.. {
+            let path = format!(
+                "/api/v2/alarms?pageSize={PAGE_SIZE}&page={page}&statusList=ACTIVE&typeList={}",
+                encode_component(BATTERY_ALARM_TYPE)
+            );
+            let listed: Page<AlarmOut> = self.get_json(&path).await?;
+            found.extend(
+                listed
+                    .data
+                    .into_iter()
+                    .map(|a| (a.originator_name.unwrap_or_default(), a.severity)),
+            );
+            if !listed.has_next {
+                break;
+            }
+        }
+        Ok(found)
+    }
+
     /// The id of the device named `name`, if it exists (`GET /api/tenant/devices?deviceName=`).
     pub async fn device_id(&mut self, name: &str) -> Result<Option<String>> {
         let path = format!("/api/tenant/devices?deviceName={}", encode_component(name));

@@ -178,6 +178,31 @@ pub async fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report> {
             report.verify_s = Some(started.elapsed().as_secs_f64());
             report.verification = Some(verification);
         }
+        if scenario.alarms_per_s > 0.0 && scenario.profile.has_battery() {
+            let mut alarmed = Vec::new();
+            let mut run_devices = Vec::new();
+            for r in &results {
+                for (i, &acked) in r.acked_per_device.iter().enumerate() {
+                    let name =
+                        Scenario::device_name(scenario.first_index + r.first_slot + i as u32);
+                    if r.alarms_per_device.get(i).is_some_and(|&n| n > 0) {
+                        alarmed.push(name.clone());
+                    }
+                    if acked > 0 {
+                        run_devices.push(name);
+                    }
+                }
+            }
+            let alarms = verify::verify_alarms(
+                http_addr,
+                &scenario.username,
+                &scenario.password,
+                &alarmed,
+                &run_devices,
+            )
+            .await?;
+            report.alarms = Some(alarms);
+        }
     }
     Ok(report)
 }
@@ -568,6 +593,7 @@ impl Aggregator {
             timeline: self.report_timeline(),
             verification: None,
             verify_s: None,
+            alarms: None,
         }
     }
 

@@ -202,6 +202,11 @@ impl Entities {
         self.cache().read().devices.get(&device_id).cloned()
     }
 
+    /// How many devices exist, across tenants (from memory).
+    pub fn device_count(&self) -> usize {
+        self.cache().read().devices.len()
+    }
+
     /// Decides an MQTT CONNECT (no TLS client certificates: X.509 is not offered).
     ///
     /// `username: Some("")` is looked up like no username but counts as present for the refusal code,

@@ -2,25 +2,30 @@
 //! `lastDisconnectTime` and `inactivityAlarmTime` as SERVER_SCOPE attributes, and the periodic check that
 //! marks a device inactive once `inactivityTimeout` passed without an uplink.
 //!
-//! The transports report here; the tracker keeps each device's activity in memory and writes changes as
-//! SERVER_SCOPE attribute records through the ingest log, so they reach the attribute store (persisted in
-//! batches with everything else), the alarm rules (`active` is a usable key) and subscribers in the same
-//! order as the device's data. It never waits for them to be durable: activity is not acknowledged to
-//! anyone, and the first report after a crash restores it.
+//! The tracker is the source of truth for these five attributes: one compact entry per device in memory
+//! (about 100 bytes, so 19,000 connected devices cost under 2 MB), written to the attribute table in
+//! batches every `activity.report_interval_ms` and read back at start. Reads of SERVER attributes (REST,
+//! WebSocket, alarm rules) merge them in. When `active` changes, the device's processor hears of it in
+//! order with the device's data and evaluates the alarm rules that use it, and WebSocket subscribers get
+//! the change. Activity is not acknowledged to anyone, so it is not written through the ingest log: a crash
+//! loses at most one batch, and the next uplink brings it back.
 //!
-//! Reports are batched as ThingsBoard's transport does (`TB_TRANSPORT_SESSIONS_REPORT_TIMEOUT`, strategy
-//! LAST): an MQTT connection reports its uplinks at most once per `activity.report_interval_ms`, and the last
-//! one when it closes, so `lastActivityTime` has that granularity and a busy device costs one small record
-//! every few seconds, not one per message.
+//! As ThingsBoard's transport does (`TB_TRANSPORT_SESSIONS_REPORT_TIMEOUT`, strategy LAST), a connection
+//! reports its uplinks at most once per report interval, and the last one when it closes, so
+//! `lastActivityTime` has that granularity.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 
 use fleetwire_model::record::AttributeScope;
-use fleetwire_model::{Kv, Record, Value};
+use fleetwire_model::{Kv, Value};
 use parking_lot::Mutex;
 use uuid::Uuid;
 
 use crate::config::ActivityConfig;
+use crate::ingest::attributes::{Attribute, AttributeStore};
+use crate::ingest::events::{Interest, Update};
 use crate::ingest::{now_ms, Ingest};
 use crate::AppState;
 
@@ -29,27 +34,123 @@ pub const LAST_ACTIVITY_TIME: &str = "lastActivityTime";
 pub const LAST_CONNECT_TIME: &str = "lastConnectTime";
 pub const LAST_DISCONNECT_TIME: &str = "lastDisconnectTime";
 pub const INACTIVITY_ALARM_TIME: &str = "inactivityAlarmTime";
-/// Per-device override of the inactivity timeout, in milliseconds, written by users (SERVER_SCOPE).
+/// Per-device override of the inactivity timeout, in milliseconds, written by users (SERVER_SCOPE). An
+/// ordinary attribute: the tracker only reads it.
 pub const INACTIVITY_TIMEOUT: &str = "inactivityTimeout";
 
-#[derive(Debug, Default, Clone, Copy)]
-struct Tracked {
-    active: bool,
-    /// Latest uplink known here, epoch ms.
-    last_activity: i64,
-    /// When the last activity record was written (HTTP requests are batched against it).
-    reported: i64,
+/// The attributes the tracker owns, in the order they are rendered.
+pub const KEYS: [&str; 5] = [
+    ACTIVE,
+    INACTIVITY_ALARM_TIME,
+    LAST_ACTIVITY_TIME,
+    LAST_CONNECT_TIME,
+    LAST_DISCONNECT_TIME,
+];
+
+/// Whether `key` is one of the activity attributes the tracker owns.
+pub fn is_activity_key(key: &str) -> bool {
+    KEYS.contains(&key)
 }
+
+/// Wall-clock ms, refreshed every [`COARSE_CLOCK_TICK`] by [`run_coarse_clock`]: the connections read it
+/// for every socket read, where a clock call would cost more than the rest of the activity bookkeeping.
+static COARSE_NOW_MS: AtomicI64 = AtomicI64::new(0);
+const COARSE_CLOCK_TICK: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The time to within [`COARSE_CLOCK_TICK`]; the exact time when the coarse clock is not running.
+pub fn coarse_now_ms() -> i64 {
+    match COARSE_NOW_MS.load(Ordering::Relaxed) {
+        0 => now_ms(),
+        now => now,
+    }
+}
+
+/// Keeps [`coarse_now_ms`] current, for the life of the server.
+pub async fn run_coarse_clock() {
+    let mut ticks = tokio::time::interval(COARSE_CLOCK_TICK);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        ticks.tick().await;
+        COARSE_NOW_MS.store(now_ms(), Ordering::Relaxed);
+    }
+}
+
+/// One device's activity. Times are epoch ms, 0 for never.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct State {
+    active: bool,
+    /// Changed since the last persist.
+    dirty: bool,
+    last_activity: i64,
+    last_connect: i64,
+    last_disconnect: i64,
+    inactivity_alarm: i64,
+}
+
+impl State {
+    fn value(&self, key: &str) -> Option<Value> {
+        Some(match key {
+            ACTIVE => Value::Bool(self.active),
+            LAST_ACTIVITY_TIME => Value::Long(self.last_activity),
+            LAST_CONNECT_TIME => Value::Long(self.last_connect),
+            LAST_DISCONNECT_TIME => Value::Long(self.last_disconnect),
+            INACTIVITY_ALARM_TIME => Value::Long(self.inactivity_alarm),
+            _ => return None,
+        })
+    }
+
+    /// When a key last changed, as far as the state tells: the time itself for the times, the latest
+    /// transition for `active`.
+    fn updated(&self, key: &str) -> i64 {
+        match key {
+            ACTIVE => self.last_activity.max(self.inactivity_alarm),
+            LAST_ACTIVITY_TIME => self.last_activity,
+            LAST_CONNECT_TIME => self.last_connect,
+            LAST_DISCONNECT_TIME => self.last_disconnect,
+            _ => self.inactivity_alarm,
+        }
+    }
+
+    fn set(&mut self, key: &str, value: &Value) {
+        let millis = millis(value).unwrap_or(0);
+        match key {
+            ACTIVE => self.active = matches!(value, Value::Bool(true)),
+            LAST_ACTIVITY_TIME => self.last_activity = millis,
+            LAST_CONNECT_TIME => self.last_connect = millis,
+            LAST_DISCONNECT_TIME => self.last_disconnect = millis,
+            INACTIVITY_ALARM_TIME => self.inactivity_alarm = millis,
+            _ => {}
+        }
+    }
+
+    /// Records an uplink at `at`; true if the device just became active.
+    fn uplink(&mut self, at: i64) -> bool {
+        self.last_activity = self.last_activity.max(at);
+        self.dirty = true;
+        if self.active {
+            return false;
+        }
+        self.active = true;
+        self.inactivity_alarm = 0;
+        true
+    }
+}
+
+/// Devices written per transaction by [`Activity::persist`].
+const PERSIST_CHUNK: usize = 512;
 
 pub struct Activity {
     config: ActivityConfig,
-    devices: Mutex<HashMap<Uuid, Tracked>>,
+    devices: Mutex<HashMap<Uuid, State>>,
 }
 
-fn kv(key: &str, value: Value) -> Kv {
-    Kv {
-        key: key.to_owned(),
-        value,
+/// A time or duration attribute in milliseconds: a long, or a double or numeric string users wrote.
+fn millis(value: &Value) -> Option<i64> {
+    match value {
+        Value::Long(v) => Some(*v),
+        Value::Double(v) if v.is_finite() => Some(*v as i64),
+        Value::Str(s) => s.trim().parse().ok(),
+        _ => None,
     }
 }
 
@@ -65,86 +166,73 @@ impl Activity {
         i64::try_from(self.config.report_interval_ms).unwrap_or(i64::MAX)
     }
 
-    /// Takes over what the attribute store says about devices that were active when the server stopped, so
-    /// the check marks them inactive if they do not come back. Call once the processors replayed the log.
-    pub fn load(&self, ingest: &Ingest) {
-        let store = ingest.attributes();
-        let mut devices = self.devices.lock();
-        for (entity, value) in store.entities_with(AttributeScope::Server, ACTIVE) {
-            if value != Value::Bool(true) {
-                continue;
-            }
-            let device = Uuid::from_u128(entity);
-            let last_activity = store
-                .get(entity, AttributeScope::Server, &[LAST_ACTIVITY_TIME])
-                .first()
-                .and_then(|a| millis(&a.value))
-                .unwrap_or(0);
-            let tracked = devices.entry(device).or_default();
-            if !tracked.active && tracked.last_activity == 0 {
-                *tracked = Tracked {
-                    active: true,
-                    last_activity,
-                    reported: last_activity,
-                };
-            }
+    /// Reads what the attribute table holds of the activity attributes (at start), and makes room for
+    /// `devices` entries, so a burst of connections does not grow the table step by step.
+    pub fn load(
+        &self,
+        store: &AttributeStore,
+        devices: usize,
+    ) -> Result<usize, crate::ingest::attributes::AttributeError> {
+        let rows = store.load_rows(AttributeScope::Server, &KEYS)?;
+        let mut map = self.devices.lock();
+        map.reserve(devices);
+        let devices = &mut *map;
+        for (entity, key, value) in &rows {
+            devices
+                .entry(Uuid::from_u128(*entity))
+                .or_default()
+                .set(key, value);
         }
+        Ok(devices.len())
     }
 
     /// A session opened: an MQTT CONNECT was accepted.
     pub fn connected(&self, ingest: &Ingest, device: Uuid, now: i64) {
-        let mut kvs = vec![kv(LAST_CONNECT_TIME, Value::Long(now))];
-        self.note(device, now, &mut kvs);
-        write(ingest, device, now, kvs);
+        let became_active = {
+            let mut devices = self.devices.lock();
+            let state = devices.entry(device).or_default();
+            state.last_connect = now;
+            state.uplink(now)
+        };
+        if became_active {
+            changed(ingest, device, true, now);
+        }
     }
 
     /// Uplinks of a connected session, the latest at `now`; connections call this at most once per report
     /// interval.
     pub fn uplink(&self, ingest: &Ingest, device: Uuid, now: i64) {
-        let mut kvs = Vec::with_capacity(3);
-        self.note(device, now, &mut kvs);
-        write(ingest, device, now, kvs);
+        let became_active = self.devices.lock().entry(device).or_default().uplink(now);
+        if became_active {
+            changed(ingest, device, true, now);
+        }
     }
 
     /// A session closed at `now`; `last_uplink` is its latest uplink not reported yet, if any.
     pub fn disconnected(&self, ingest: &Ingest, device: Uuid, now: i64, last_uplink: Option<i64>) {
-        let mut kvs = vec![kv(LAST_DISCONNECT_TIME, Value::Long(now))];
-        if let Some(at) = last_uplink {
-            self.note(device, at, &mut kvs);
-        }
-        write(ingest, device, now, kvs);
-    }
-
-    /// One request of the HTTP device API: a short session of its own (reference 3). Written at most once
-    /// per report interval per device; in between only memory is updated.
-    pub fn http_request(&self, ingest: &Ingest, device: Uuid, now: i64) {
-        let due = {
+        let became_active = {
             let mut devices = self.devices.lock();
-            let tracked = devices.entry(device).or_default();
-            tracked.last_activity = tracked.last_activity.max(now);
-            !tracked.active || now - tracked.reported >= self.report_interval_ms()
+            let state = devices.entry(device).or_default();
+            state.last_disconnect = now;
+            state.dirty = true;
+            last_uplink.is_some_and(|at| state.uplink(at))
         };
-        if due {
-            let mut kvs = vec![
-                kv(LAST_CONNECT_TIME, Value::Long(now)),
-                kv(LAST_DISCONNECT_TIME, Value::Long(now)),
-            ];
-            self.note(device, now, &mut kvs);
-            write(ingest, device, now, kvs);
+        if became_active {
+            changed(ingest, device, true, now);
         }
     }
 
-    /// Records an uplink at `at` and adds the attributes that change with it.
-    fn note(&self, device: Uuid, at: i64, kvs: &mut Vec<Kv>) {
-        let mut devices = self.devices.lock();
-        let tracked = devices.entry(device).or_default();
-        tracked.last_activity = tracked.last_activity.max(at);
-        tracked.reported = at;
-        kvs.push(kv(LAST_ACTIVITY_TIME, Value::Long(at)));
-        if !tracked.active {
-            tracked.active = true;
-            kvs.push(kv(ACTIVE, Value::Bool(true)));
-            kvs.push(kv(INACTIVITY_ALARM_TIME, Value::Long(0)));
+    /// One request of the HTTP device API: a short session of its own (reference 3).
+    pub fn http_request(&self, ingest: &Ingest, device: Uuid, now: i64) {
+        let became_active = {
+            let mut devices = self.devices.lock();
+            let state = devices.entry(device).or_default();
+            state.last_connect = now;
+            state.last_disconnect = now;
+            state.uplink(now)
+        };
+        if became_active {
+            changed(ingest, device, true, now);
         }
     }
 
@@ -158,8 +246,8 @@ impl Activity {
         {
             let mut devices = self.devices.lock();
             devices.retain(|device, _| exists(*device));
-            for (device, tracked) in devices.iter_mut() {
-                if !tracked.active {
+            for (device, state) in devices.iter_mut() {
+                if !state.active {
                     continue;
                 }
                 let timeout = store
@@ -172,76 +260,197 @@ impl Activity {
                     .and_then(|a| millis(&a.value))
                     .filter(|&ms| ms > 0)
                     .unwrap_or(default_timeout);
-                if now >= tracked.last_activity.saturating_add(timeout) {
-                    tracked.active = false;
+                if now >= state.last_activity.saturating_add(timeout) {
+                    state.active = false;
+                    state.inactivity_alarm = now;
+                    state.dirty = true;
                     expired.push(*device);
                 }
             }
         }
         for device in &expired {
-            write(
-                ingest,
-                *device,
-                now,
-                vec![
-                    kv(ACTIVE, Value::Bool(false)),
-                    kv(INACTIVITY_ALARM_TIME, Value::Long(now)),
-                ],
-            );
+            changed(ingest, *device, false, now);
         }
         expired.len()
     }
 
-    /// Whether the device is active now, as far as the tracker knows.
+    /// Writes the changed entries to the attribute table, [`PERSIST_CHUNK`] devices per transaction so a
+    /// burst of connections never builds one huge batch in memory. Returns how many devices it wrote.
+    pub fn persist(
+        &self,
+        store: &AttributeStore,
+    ) -> Result<usize, crate::ingest::attributes::AttributeError> {
+        let mut written = 0;
+        loop {
+            let chunk: Vec<(Uuid, State)> = {
+                let mut devices = self.devices.lock();
+                devices
+                    .iter_mut()
+                    .filter(|(_, s)| s.dirty)
+                    .take(PERSIST_CHUNK)
+                    .map(|(id, s)| {
+                        s.dirty = false;
+                        (*id, *s)
+                    })
+                    .collect()
+            };
+            if chunk.is_empty() {
+                return Ok(written);
+            }
+            let rows: Vec<(u128, &str, i64, Value)> = chunk
+                .iter()
+                .flat_map(|(id, state)| {
+                    KEYS.iter().filter_map(move |key| {
+                        state
+                            .value(key)
+                            .map(|v| (id.as_u128(), *key, state.updated(key), v))
+                    })
+                })
+                .collect();
+            if let Err(e) = store.write_rows(AttributeScope::Server, &rows) {
+                // Retried with the next batch.
+                let mut devices = self.devices.lock();
+                for (id, _) in &chunk {
+                    if let Some(state) = devices.get_mut(id) {
+                        state.dirty = true;
+                    }
+                }
+                return Err(e);
+            }
+            written += chunk.len();
+        }
+    }
+
+    /// Whether the device is active now.
     pub fn is_active(&self, device: Uuid) -> bool {
-        self.devices.lock().get(&device).is_some_and(|t| t.active)
+        self.devices.lock().get(&device).is_some_and(|s| s.active)
+    }
+
+    /// The activity attributes of a device (SERVER_SCOPE), all of them when `keys` is empty; none for a
+    /// device that was never active.
+    pub fn attributes(&self, device: Uuid, keys: &[&str]) -> Vec<Attribute> {
+        let Some(state) = self.devices.lock().get(&device).copied() else {
+            return Vec::new();
+        };
+        KEYS.iter()
+            .filter(|key| keys.is_empty() || keys.contains(key))
+            .filter_map(|key| {
+                state.value(key).map(|value| Attribute {
+                    key: (*key).to_owned(),
+                    last_update_ts: state.updated(key),
+                    value,
+                })
+            })
+            .collect()
+    }
+
+    /// One activity attribute of a device.
+    pub fn value(&self, device: Uuid, key: &str) -> Option<Value> {
+        self.devices.lock().get(&device).and_then(|s| s.value(key))
+    }
+
+    /// How many devices the tracker holds (tests and metrics).
+    pub fn len(&self) -> usize {
+        self.devices.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
-/// A time or duration attribute in milliseconds: a long, or a double or numeric string users wrote.
-fn millis(value: &Value) -> Option<i64> {
-    match value {
-        Value::Long(v) => Some(*v),
-        Value::Double(v) if v.is_finite() => Some(*v as i64),
-        Value::Str(s) => s.trim().parse().ok(),
-        _ => None,
+/// `active` changed: the device's processor evaluates the alarm rules that use it, and WebSocket
+/// subscribers to the device's SERVER attributes hear of it.
+fn changed(ingest: &Ingest, device: Uuid, active: bool, now: i64) {
+    ingest.activity_changed(device, active);
+    let events = ingest.events();
+    if events.wants(device, Interest::ATTRIBUTES) {
+        let mut kvs = vec![Kv {
+            key: ACTIVE.to_owned(),
+            value: Value::Bool(active),
+        }];
+        if !active {
+            kvs.push(Kv {
+                key: INACTIVITY_ALARM_TIME.to_owned(),
+                value: Value::Long(now),
+            });
+        }
+        events.publish(
+            device,
+            &Update::Attributes {
+                scope: AttributeScope::Server,
+                ts: now,
+                kvs: Arc::new(kvs),
+                deleted: Arc::new(Vec::new()),
+            },
+        );
     }
 }
 
-fn write(ingest: &Ingest, device: Uuid, now: i64, kvs: Vec<Kv>) {
-    if kvs.is_empty() {
-        return;
-    }
-    let record = Record::Attributes {
-        entity: device.as_u128(),
-        scope: AttributeScope::Server,
-        ts: now,
-        kvs,
-    };
-    let mut scratch = Vec::new();
-    if let Err(e) = ingest.append_record(device, &record, &mut scratch) {
-        // Shutting down or a poisoned log: the next report after a restart brings activity back.
-        tracing::debug!(%device, error = %e, "cannot record device activity");
-    }
-}
-
-/// The inactivity check, every `activity.check_interval_ms`, for the life of the server.
+/// The inactivity check every `activity.check_interval_ms` and the persist every
+/// `activity.report_interval_ms`, for the life of the server.
 pub async fn run_checks(state: AppState) {
-    // What was active before a restart comes from the attribute store once the log is replayed into it.
-    state.ingest.caught_up_all().await;
-    state.activity.load(&state.ingest);
-    let period = std::time::Duration::from_millis(state.config.activity.check_interval_ms);
+    let check_every = std::time::Duration::from_millis(state.config.activity.check_interval_ms);
+    let persist_every =
+        std::time::Duration::from_millis(state.config.activity.report_interval_ms.max(100));
+    let period = check_every.min(persist_every);
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_check = tokio::time::Instant::now();
+    let mut last_persist = tokio::time::Instant::now();
     loop {
         ticks.tick().await;
-        let marked = state.activity.check(
-            &state.ingest,
-            |device| state.entities.device_auth(device).is_some(),
-            now_ms(),
-        );
-        if marked > 0 {
-            tracing::debug!(devices = marked, "marked devices inactive");
+        let now = tokio::time::Instant::now();
+        if now.duration_since(last_check) >= check_every {
+            last_check = now;
+            let marked = state.activity.check(
+                &state.ingest,
+                |device| state.entities.device_auth(device).is_some(),
+                now_ms(),
+            );
+            if marked > 0 {
+                tracing::debug!(devices = marked, "marked devices inactive");
+            }
         }
+        if now.duration_since(last_persist) >= persist_every {
+            last_persist = now;
+            persist(&state).await;
+        }
+    }
+}
+
+/// Writes the changed activity to the attribute table off the async workers.
+pub async fn persist(state: &AppState) {
+    let state = state.clone();
+    let outcome =
+        tokio::task::spawn_blocking(move || state.activity.persist(state.ingest.attributes()))
+            .await;
+    match outcome {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "cannot persist device activity; retrying"),
+        Err(e) => tracing::warn!(error = %e, "activity persist task failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_is_small() {
+        // Kept in memory for every device that was ever active: see the module doc.
+        assert!(std::mem::size_of::<(Uuid, State)>() <= 56);
+    }
+
+    #[test]
+    fn uplinks_make_a_device_active_and_the_state_renders_as_attributes() {
+        let mut state = State::default();
+        assert!(state.uplink(100));
+        assert!(!state.uplink(50));
+        assert_eq!(state.last_activity, 100);
+        assert_eq!(state.value(ACTIVE), Some(Value::Bool(true)));
+        state.set(INACTIVITY_ALARM_TIME, &Value::Long(7));
+        assert_eq!(state.value(INACTIVITY_ALARM_TIME), Some(Value::Long(7)));
+        assert_eq!(state.value("other"), None);
     }
 }

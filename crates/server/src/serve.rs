@@ -88,6 +88,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         );
     }
 
+    tokio::spawn(crate::activity::run_coarse_clock());
     tokio::spawn(crate::activity::run_checks(state.clone()));
     tokio::spawn(crate::mqtt::run(state.clone(), mqtt));
     let app = crate::api::router(state.clone());
@@ -96,6 +97,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         .await
         .map_err(ServeError::Http)?;
     tracing::info!("shutting down: persisting state");
+    crate::activity::persist(&state).await;
     tokio::task::block_in_place(|| state.ingest.shutdown());
     Ok(())
 }

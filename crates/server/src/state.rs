@@ -25,7 +25,7 @@ pub struct Shared {
     /// Connected MQTT device sessions.
     pub sessions: Sessions,
     /// Device activity: `active`, `lastActivityTime` and the inactivity check.
-    pub activity: Activity,
+    pub activity: Arc<Activity>,
 }
 
 impl std::ops::Deref for AppState {
@@ -60,15 +60,18 @@ impl AppState {
         let entities = Entities::open(&config.data_dir.join("entities.sqlite3"))?;
         let auth = Auth::new(&config.auth, &config.data_dir)
             .map_err(|e| StartError::Auth(e.to_string()))?;
-        let ingest = Ingest::open(&config, &entities)?;
-        let config_activity = config.activity.clone();
+        let activity = Arc::new(Activity::new(config.activity.clone()));
+        let ingest = Ingest::open(&config, &entities, activity.clone())?;
+        activity
+            .load(ingest.attributes(), entities.device_count())
+            .map_err(|e| StartError::Ingest(crate::ingest::IngestError::Attributes(e)))?;
         let state = AppState(Arc::new(Shared {
             config,
             entities,
             auth,
             ingest,
             sessions: Sessions::default(),
-            activity: Activity::new(config_activity),
+            activity,
         }));
         // A deleted device or changed credentials end the device's session (reference 1.1). The callback
         // holds a weak reference so the state can still be dropped.

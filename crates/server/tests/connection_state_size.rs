@@ -1,7 +1,8 @@
 //! Guards the memory an MQTT connection costs while idle: the state of its task. An async fn's state is
 //! as large as its largest await point, so holding a packet or a timer across an await quietly adds
 //! hundreds of bytes to every connection (DESIGN.md: at most 2 KB of process memory per idle connection,
-//! socket buffers aside). Measured 1,112 bytes with rustc 1.95; the bound leaves room for compiler changes.
+//! socket buffers aside). Measured 992 bytes with rustc 1.95 (the device's name and profile stay in the
+//! entity store's cache, not in every connection); the bound leaves room for compiler changes.
 
 #[tokio::test]
 async fn connection_task_state_stays_small() {

@@ -102,6 +102,7 @@ async fn connection(
                     d.slot,
                     DeviceOutcome {
                         acked: d.acked,
+                        alarms_acked: 0,
                         ts_min_ms,
                         ts_max_ms,
                     },

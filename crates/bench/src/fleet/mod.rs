@@ -104,6 +104,9 @@ pub struct SliceResult {
     pub first_slot: u32,
     /// Acknowledged messages per device, in slot order.
     pub acked_per_device: Vec<u64>,
+    /// Acknowledged alarm messages per device, in slot order (MQTT fleets; empty otherwise).
+    #[serde(default)]
+    pub alarms_per_device: Vec<u64>,
     /// Smallest and largest telemetry timestamp sent (ms), for the verification window.
     pub ts_min_ms: Option<i64>,
     pub ts_max_ms: Option<i64>,
@@ -196,6 +199,8 @@ impl Shared {
 #[derive(Debug, Default)]
 pub(crate) struct DeviceOutcome {
     pub acked: u64,
+    /// Acknowledged alarm messages.
+    pub alarms_acked: u64,
     pub ts_min_ms: Option<i64>,
     pub ts_max_ms: Option<i64>,
 }
@@ -320,6 +325,7 @@ pub async fn run_slice(
     };
     for outcome in outcomes {
         result.acked_per_device.push(outcome.acked);
+        result.alarms_per_device.push(outcome.alarms_acked);
         result.ts_min_ms = min_opt(result.ts_min_ms, outcome.ts_min_ms);
         result.ts_max_ms = max_opt(result.ts_max_ms, outcome.ts_max_ms);
     }

@@ -59,6 +59,8 @@ struct Device {
     payload: PayloadGen,
     clock: TsClock,
     acked: u64,
+    /// Acknowledged alarm messages (`batteryLevel` at the alarm threshold).
+    alarms_acked: u64,
     /// Messages this device has sent (its position in the open-loop schedule).
     sent: u64,
     quota: Option<u64>,
@@ -82,6 +84,7 @@ impl Device {
             payload: PayloadGen::new(s.profile, s.plc_values, u64::from(index)),
             clock: TsClock::default(),
             acked: 0,
+            alarms_acked: 0,
             sent: 0,
             quota: shared.slice.quota(slot),
             shared,
@@ -123,6 +126,7 @@ impl Device {
         let (ts_min_ms, ts_max_ms) = self.clock.range();
         DeviceOutcome {
             acked: self.acked,
+            alarms_acked: self.alarms_acked,
             ts_min_ms,
             ts_max_ms,
         }
@@ -209,8 +213,9 @@ impl Device {
         let schedule = open_loop_rate(&s).map(|rate| Schedule::new(self.slot, s.devices, rate));
         let window = s.window as usize;
         let qos1 = s.qos == 1;
-        // (pkid, when the message was due or sent) of the PUBLISHes awaiting PUBACK, oldest first.
-        let mut inflight: VecDeque<(u16, Instant)> = VecDeque::with_capacity(window);
+        // (pkid, when the message was due or sent, whether it is an alarm message) of the PUBLISHes
+        // awaiting PUBACK, oldest first.
+        let mut inflight: VecDeque<(u16, Instant, bool)> = VecDeque::with_capacity(window);
         let mut next_pkid: u16 = 1;
         let mut payload = Vec::with_capacity(256);
         let mut latencies = Vec::with_capacity(window);
@@ -253,11 +258,12 @@ impl Device {
                 }
                 payload.clear();
                 let ts = self.clock.next();
-                self.payload.write(ts, alarms.take(now), &mut payload);
+                let alarm = alarms.take(now);
+                self.payload.write(ts, alarm, &mut payload);
                 let pkid = if qos1 {
                     let pkid = next_pkid;
                     next_pkid = next_pkid.checked_add(1).unwrap_or(1);
-                    inflight.push_back((pkid, due));
+                    inflight.push_back((pkid, due, alarm));
                     pkid
                 } else {
                     0
@@ -285,6 +291,7 @@ impl Device {
                 burst += 1;
                 if !qos1 {
                     self.acked += 1;
+                    self.alarms_acked += u64::from(alarm);
                     self.shared.acked.fetch_add(1, Ordering::Relaxed);
                     // QoS 0 has no window: send a window's worth, then let reads and other devices run.
                     if burst >= window {
@@ -322,15 +329,16 @@ impl Device {
                     loop {
                         match decode(&mut rbuf, self.protocol, PACKET_BYTES_MAX) {
                             Ok(Some(Packet::PubAck(ack))) => {
-                                let Some(pos) = inflight.iter().position(|(p, _)| *p == ack.pkid) else {
+                                let Some(pos) = inflight.iter().position(|(p, _, _)| *p == ack.pkid) else {
                                     continue;
                                 };
-                                let Some((_, due)) = inflight.remove(pos) else { continue };
+                                let Some((_, due, alarm)) = inflight.remove(pos) else { continue };
                                 if ack.reason >= 0x80 {
                                     self.shared.refusal(u16::from(ack.reason));
                                     continue;
                                 }
                                 self.acked += 1;
+                                self.alarms_acked += u64::from(alarm);
                                 self.shared.acked.fetch_add(1, Ordering::Relaxed);
                                 latencies.push(now.saturating_duration_since(due).as_micros() as u64);
                             }

@@ -207,11 +207,26 @@ async fn read(
     let device = device_of(state, user, entity_type, entity_id).await?;
     let scopes = scopes(scope)?;
     state.ingest.caught_up(device, CATCH_UP_TIMEOUT).await;
-    let store = state.ingest.attributes();
     Ok(scopes
         .into_iter()
-        .flat_map(|scope| store.get(device.as_u128(), scope, keys))
+        .flat_map(|scope| scope_attributes(state, device, scope, keys))
         .collect())
+}
+
+/// The attributes of a device in one scope, sorted by key; SERVER_SCOPE includes the activity attributes,
+/// which the activity tracker holds.
+pub(crate) fn scope_attributes(
+    state: &AppState,
+    device: uuid::Uuid,
+    scope: AttributeScope,
+    keys: &[&str],
+) -> Vec<Attribute> {
+    let mut found = state.ingest.attributes().get(device.as_u128(), scope, keys);
+    if scope == AttributeScope::Server {
+        found.extend(state.activity.attributes(device, keys));
+        found.sort_by(|a, b| a.key.cmp(&b.key));
+    }
+    found
 }
 
 fn keys_json(attributes: Vec<Attribute>) -> Response {

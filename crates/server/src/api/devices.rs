@@ -8,7 +8,6 @@ use fleetwire_entities::password::random_alphanumeric;
 use fleetwire_entities::{
     CredentialsDraft, Device, DeviceDraft, DeviceFilter, Entities, PageData, PageQuery,
 };
-use fleetwire_model::record::AttributeScope;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -20,7 +19,6 @@ use super::extract::{parse_uuid, IdPath, JsonBody, Query};
 use super::json::{entity_id, opt_entity_id, uuid_of, IdIn};
 use super::page::{page_json, PageParams};
 use super::{blocking, owned};
-use crate::activity::ACTIVE;
 use crate::AppState;
 
 /// ThingsBoard's Device JSON.
@@ -44,7 +42,7 @@ pub fn device_json(d: &Device) -> Value {
 }
 
 /// DeviceInfo = Device + customer and profile names + `active`, the device's `active` SERVER attribute
-/// (false until it was ever active; reference 6).
+/// from the activity tracker (false until it was ever active; reference 6).
 pub fn device_info_json(state: &AppState, d: &Device) -> Value {
     let mut info = device_json(d);
     info["customerTitle"] = Value::Null;
@@ -55,12 +53,7 @@ pub fn device_info_json(state: &AppState, d: &Device) -> Value {
 }
 
 fn is_active(state: &AppState, device: Uuid) -> bool {
-    state
-        .ingest
-        .attributes()
-        .get(device.as_u128(), AttributeScope::Server, &[ACTIVE])
-        .first()
-        .is_some_and(|a| a.value == fleetwire_model::Value::Bool(true))
+    state.activity.is_active(device)
 }
 
 /// A Device as clients send it; server-managed fields (tenant, customer, created time) are ignored.

@@ -27,6 +27,7 @@ use serde_json::{json, Map, Value as JsonValue};
 use tokio::sync::{mpsc, Notify};
 use uuid::Uuid;
 
+use super::attributes::scope_attributes;
 use super::auth::CurrentUser;
 use super::error::ApiError;
 use super::telemetry::{device_of, CATCH_UP_TIMEOUT};
@@ -566,12 +567,11 @@ impl Session {
         scope: Option<AttributeScope>,
         keys: &Option<Vec<String>>,
     ) -> JsonValue {
-        let store = self.state.ingest.attributes();
         let wanted_keys: Vec<&str> = keys.iter().flatten().map(String::as_str).collect();
         let scopes = scope.map_or(AttributeScope::ALL.to_vec(), |s| vec![s]);
         let points = scopes
             .into_iter()
-            .flat_map(|scope| store.get(device.as_u128(), scope, &wanted_keys))
+            .flat_map(|scope| scope_attributes(&self.state, device, scope, &wanted_keys))
             .map(|a| (a.key, a.last_update_ts, a.value))
             .collect();
         points_message(cmd_id, points, true)

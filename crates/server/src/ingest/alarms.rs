@@ -19,22 +19,29 @@ use fleetwire_entities::{AlarmSeverity, Entities, Propagation};
 use fleetwire_model::record::AttributeScope;
 use fleetwire_model::Value;
 use fleetwire_rules::{
-    evaluate, ActiveAlarm, DeviceState, EntityField, Environment, Input, ProfileAlarms, Severity,
-    Transition,
+    evaluate, ActiveAlarm, DeviceState, EntityField, Environment, Input, KeyKind, ProfileAlarms,
+    Severity, Transition,
 };
 use fleetwire_tsdb::Tsdb;
 use uuid::Uuid;
 
 use super::attributes::AttributeStore;
+use crate::activity::Activity;
 
 /// How often DURATION rules are re-checked without new data (ThingsBoard: 60 s).
 pub const TICK_INTERVAL_MS: i64 = 60_000;
 
+/// A device the processor has seen: 24 bytes when its profile has no rules (most devices), the rule state
+/// behind a box otherwise.
 struct Tracked {
-    tenant: Uuid,
     profile: Uuid,
     /// `None`: the device's profile has no alarm rules.
-    rules: Option<Arc<ProfileAlarms>>,
+    rules: Option<Box<WithRules>>,
+}
+
+struct WithRules {
+    tenant: Uuid,
+    rules: Arc<ProfileAlarms>,
     state: DeviceState,
 }
 
@@ -47,6 +54,7 @@ pub(super) struct Generations {
 
 pub(super) struct AlarmRules {
     entities: Entities,
+    activity: Arc<Activity>,
     generations: Arc<Generations>,
     seen_profiles: u64,
     seen_devices: u64,
@@ -76,9 +84,14 @@ fn from_store(severity: AlarmSeverity) -> Severity {
 }
 
 impl AlarmRules {
-    pub fn new(entities: Entities, generations: Arc<Generations>) -> AlarmRules {
+    pub fn new(
+        entities: Entities,
+        generations: Arc<Generations>,
+        activity: Arc<Activity>,
+    ) -> AlarmRules {
         AlarmRules {
             entities,
+            activity,
             seen_profiles: generations.profiles.load(Ordering::Acquire),
             seen_devices: generations.devices.load(Ordering::Acquire),
             generations,
@@ -126,35 +139,60 @@ impl AlarmRules {
         now: i64,
     ) {
         self.follow_changes();
+        // The common case, a known device without rules, costs one lookup.
+        if let Some(Tracked { rules: None, .. }) = self.devices.get(&device) {
+            return;
+        }
         if !self.devices.contains_key(&device) {
+            // First record of this device since start or since its rules changed.
             let Some(auth) = self.entities.device_auth(device) else {
                 return;
             };
             let rules = self.profile(auth.profile_id);
+            let reads_activity = rules
+                .as_ref()
+                .is_some_and(|r| r.references(KeyKind::Attribute, crate::activity::ACTIVE));
+            if matches!(input, Input::Activity { .. }) && !reads_activity {
+                // A connecting device is not remembered here unless its rules read `active`: idle
+                // connections stay cheap. Its first telemetry adds it.
+                return;
+            }
+            let rules = rules.map(|rules| {
+                Box::new(WithRules {
+                    tenant: auth.tenant_id,
+                    rules,
+                    state: DeviceState::default(),
+                })
+            });
             self.devices.insert(
                 device,
                 Tracked {
-                    tenant: auth.tenant_id,
                     profile: auth.profile_id,
                     rules,
-                    state: DeviceState::default(),
                 },
             );
         }
-        let Some(tracked) = self.devices.get_mut(&device) else {
+        let Some(Tracked {
+            rules: Some(with_rules),
+            ..
+        }) = self.devices.get_mut(&device)
+        else {
             return;
         };
-        let Some(rules) = tracked.rules.clone() else {
-            return;
-        };
+        let WithRules {
+            tenant,
+            rules,
+            state,
+        } = &mut **with_rules;
         let env = Env {
             device,
-            tenant: tracked.tenant,
+            tenant: *tenant,
             entities: &self.entities,
+            activity: &self.activity,
             tsdb,
             attributes,
         };
-        let transitions = evaluate(&rules, &mut tracked.state, &env, now, input);
+        let transitions = evaluate(rules, state, &env, now, input);
         for transition in transitions {
             apply(&self.entities, device, transition, now);
         }
@@ -191,7 +229,11 @@ impl AlarmRules {
         let due: Vec<Uuid> = self
             .devices
             .iter()
-            .filter(|(_, t)| t.rules.as_ref().is_some_and(|r| r.has_duration_rules()))
+            .filter(|(_, t)| {
+                t.rules
+                    .as_ref()
+                    .is_some_and(|r| r.rules.has_duration_rules())
+            })
             .map(|(id, _)| *id)
             .collect();
         for device in due {
@@ -271,6 +313,7 @@ struct Env<'a> {
     device: Uuid,
     tenant: Uuid,
     entities: &'a Entities,
+    activity: &'a Activity,
     tsdb: &'a Tsdb,
     attributes: &'a AttributeStore,
 }
@@ -295,6 +338,9 @@ impl Environment for Env<'_> {
     }
 
     fn device_attribute(&self, scope: AttributeScope, key: &str) -> Option<Value> {
+        if scope == AttributeScope::Server && crate::activity::is_activity_key(key) {
+            return self.activity.value(self.device, key);
+        }
         self.attributes
             .get(self.device.as_u128(), scope, &[key])
             .into_iter()

@@ -77,6 +77,9 @@ impl AttributeStore {
         let db = Connection::open(path)?;
         db.pragma_update(None, "journal_mode", "WAL")?;
         db.pragma_update(None, "synchronous", "FULL")?;
+        // The table is read once at open and then only written in batches: a small page cache is enough,
+        // and SQLite's default (2 MB) would be held for the life of the process.
+        db.pragma_update(None, "cache_size", -256)?;
         db.execute_batch(
             "CREATE TABLE IF NOT EXISTS attribute (
                 entity BLOB NOT NULL, scope INTEGER NOT NULL, key TEXT NOT NULL,
@@ -97,6 +100,10 @@ impl AttributeStore {
                 let Ok(entity) = <[u8; 16]>::try_from(entity.as_slice()) else {
                     continue;
                 };
+                // Device activity is held by the activity tracker, which reads its rows itself.
+                if scope == AttributeScope::Server && crate::activity::is_activity_key(&key) {
+                    continue;
+                }
                 let ts: i64 = row.get(3)?;
                 let kind: i64 = row.get(4)?;
                 let value = match kind {
@@ -227,6 +234,62 @@ impl AttributeStore {
             }
         }
         serde_json::Value::Object(body)
+    }
+
+    /// Reads from the database the rows of `keys` in `scope` (for state kept outside this store: device
+    /// activity).
+    pub fn load_rows(
+        &self,
+        scope: AttributeScope,
+        keys: &[&str],
+    ) -> Result<Vec<(u128, String, Value)>, AttributeError> {
+        let db = self.db.lock();
+        let mut stmt =
+            db.prepare("SELECT entity, key, type, value FROM attribute WHERE scope = ?1")?;
+        let mut rows = stmt.query(params![scope_code(scope)])?;
+        let mut found = Vec::new();
+        while let Some(row) = rows.next()? {
+            let key: String = row.get(1)?;
+            if !keys.contains(&key.as_str()) {
+                continue;
+            }
+            let entity: Vec<u8> = row.get(0)?;
+            let Ok(entity) = <[u8; 16]>::try_from(entity.as_slice()) else {
+                continue;
+            };
+            let kind: i64 = row.get(2)?;
+            let value = match kind {
+                0 => Value::Bool(row.get::<_, i64>(3)? != 0),
+                1 => Value::Long(row.get(3)?),
+                2 => Value::Double(row.get(3)?),
+                3 => Value::Str(row.get(3)?),
+                4 => Value::Json(row.get(3)?),
+                other => return Err(AttributeError::Corrupt(other, key)),
+            };
+            found.push((u128::from_be_bytes(entity), key, value));
+        }
+        Ok(found)
+    }
+
+    /// Writes rows of `scope` straight to the database in one transaction (for state kept outside this
+    /// store: device activity).
+    pub fn write_rows(
+        &self,
+        scope: AttributeScope,
+        rows: &[(u128, &str, i64, Value)],
+    ) -> Result<(), AttributeError> {
+        let batch: Vec<Change> = rows
+            .iter()
+            .map(|(entity, key, ts, value)| {
+                (
+                    *entity,
+                    scope,
+                    (*key).to_owned(),
+                    Some((*ts, value.clone())),
+                )
+            })
+            .collect();
+        write_batch(&mut self.db.lock(), &batch)
     }
 
     /// Writes every changed attribute in one transaction (synchronous=FULL: durable when it returns).

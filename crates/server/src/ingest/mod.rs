@@ -47,6 +47,9 @@ pub enum IngestError {
     Thread(std::io::Error),
 }
 
+/// Activity changes waiting for a partition's processor: (device, active).
+pub(crate) type ActivityQueue = Mutex<Vec<(Uuid, bool)>>;
+
 /// Progress of one partition's processor, shared with queries.
 pub(crate) struct PartitionProgress {
     /// Log offset up to which records have been applied to the stores.
@@ -62,6 +65,8 @@ pub struct Ingest {
     events: Arc<events::Events>,
     /// Bumped when a device or profile changes, so processors re-read alarm rules.
     generations: Arc<alarms::Generations>,
+    /// Per partition: devices whose `active` changed, for their processor's alarm rules.
+    activity_queues: Arc<Vec<ActivityQueue>>,
     progress: Arc<Vec<PartitionProgress>>,
     shutdown: Arc<AtomicBool>,
     processors: Mutex<Vec<std::thread::JoinHandle<()>>>,
@@ -70,7 +75,11 @@ pub struct Ingest {
 impl Ingest {
     /// Opens (and recovers) the log and the stores under the data dir and starts one processor per
     /// partition, which first replays what the stores had not persisted.
-    pub fn open(config: &Config, entities: &Entities) -> Result<Ingest, IngestError> {
+    pub fn open(
+        config: &Config,
+        entities: &Entities,
+        activity: Arc<crate::activity::Activity>,
+    ) -> Result<Ingest, IngestError> {
         let dir = &config.data_dir;
         let (durable_tx, durable) = watch::channel(0u64);
         let mut log_options = LogOptions::new(dir.join("log"));
@@ -109,6 +118,8 @@ impl Ingest {
         let shutdown = Arc::new(AtomicBool::new(false));
         let events = Arc::new(events::Events::default());
         let generations = Arc::new(alarms::Generations::default());
+        let activity_queues: Arc<Vec<ActivityQueue>> =
+            Arc::new((0..partitions).map(|_| ActivityQueue::default()).collect());
         let mut processors = Vec::new();
         for partition in 0..partitions {
             let worker = processor::Processor {
@@ -117,7 +128,12 @@ impl Ingest {
                 tsdb: tsdb.clone(),
                 attributes: attributes.clone(),
                 events: events.clone(),
-                alarms: alarms::AlarmRules::new(entities.clone(), generations.clone()),
+                alarms: alarms::AlarmRules::new(
+                    entities.clone(),
+                    generations.clone(),
+                    activity.clone(),
+                ),
+                activity_queues: activity_queues.clone(),
                 progress: progress.clone(),
                 shutdown: shutdown.clone(),
                 head_age_max: Duration::from_secs(config.tsdb.head_age_max_s),
@@ -137,6 +153,7 @@ impl Ingest {
             attributes,
             events,
             generations,
+            activity_queues,
             progress,
             shutdown,
             processors: Mutex::new(processors),
@@ -255,6 +272,14 @@ impl Ingest {
 
     pub fn attributes(&self) -> &AttributeStore {
         &self.attributes
+    }
+
+    /// Tells the device's processor that its `active` changed, for the alarm rules that read it.
+    pub fn activity_changed(&self, device: Uuid, active: bool) {
+        let partition = usize::from(self.partition_of(device));
+        if let Some(queue) = self.activity_queues.get(partition) {
+            queue.lock().push((device, active));
+        }
     }
 
     /// Tells the processors that a device profile changed: they parse alarm rules again, and every

@@ -36,6 +36,7 @@ pub(super) struct Processor {
     pub attributes: Arc<AttributeStore>,
     pub events: Arc<Events>,
     pub alarms: AlarmRules,
+    pub activity_queues: Arc<Vec<super::ActivityQueue>>,
     pub progress: Arc<Vec<PartitionProgress>>,
     pub shutdown: Arc<AtomicBool>,
     /// Heads holding log records older than this are sealed, so the log behind them can be reclaimed.
@@ -79,8 +80,13 @@ impl Processor {
         let mut history: VecDeque<(Instant, u64)> = VecDeque::new();
         loop {
             let mut applied = 0u64;
+            // Wall-clock time for alarm rules, read once per 256 records rather than per record.
+            let mut now = now_ms();
             while let Some(entry) = reader.next_record()? {
-                self.apply(entry.offset, entry.payload);
+                if applied.is_multiple_of(256) && applied > 0 {
+                    now = now_ms();
+                }
+                self.apply(entry.offset, entry.payload, now);
                 offset = entry.next_offset;
                 progress.applied.store(offset, Ordering::Release);
                 applied += 1;
@@ -103,7 +109,18 @@ impl Processor {
                     }
                 }
             }
-            self.alarms.tick(&self.tsdb, &self.attributes, now_ms());
+            let now = now_ms();
+            let changes = std::mem::take(&mut *self.activity_queues[usize::from(partition)].lock());
+            for (device, active) in changes {
+                self.alarms.on_input(
+                    &self.tsdb,
+                    &self.attributes,
+                    device,
+                    Input::Activity { active },
+                    now,
+                );
+            }
+            self.alarms.tick(&self.tsdb, &self.attributes, now);
             let stopping = self.shutdown.load(Ordering::Acquire);
             if stopping || last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL {
                 let now = Instant::now();
@@ -133,7 +150,7 @@ impl Processor {
         }
     }
 
-    fn apply(&mut self, offset: u64, bytes: &[u8]) {
+    fn apply(&mut self, offset: u64, bytes: &[u8], now: i64) {
         let source = Source {
             partition: self.partition,
             pos: offset,
@@ -149,7 +166,7 @@ impl Processor {
                         &self.attributes,
                         device,
                         Input::Telemetry(&records),
-                        now_ms(),
+                        now,
                     );
                 }
                 if written.is_ok() && events.wants(device, Interest::TELEMETRY) {
@@ -170,7 +187,7 @@ impl Processor {
                     &self.attributes,
                     device,
                     Input::Attributes { scope, kvs: &kvs },
-                    now_ms(),
+                    now,
                 );
                 // Only SHARED changes are pushed to the device (reference 1.7).
                 if scope == AttributeScope::Shared

@@ -20,10 +20,12 @@ use fleetwire_mqtt::{
 };
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use uuid::Uuid;
 
 use super::requests;
 use super::sessions::{CloseSignal, Outbox, SessionGuard};
 use super::topics::{self, DeviceTopic};
+use crate::activity::coarse_now_ms;
 use crate::ingest::events::{SubscriptionId, Update};
 use crate::ingest::{client_attributes_record, now_ms, telemetry_record};
 use crate::AppState;
@@ -62,7 +64,10 @@ struct Conn<'a> {
     stream: TcpStream,
     peer: SocketAddr,
     protocol: Protocol,
-    device: DeviceAuth,
+    /// The authenticated device (only what the packet loop needs: its name and profile stay in the
+    /// entity store's cache rather than in every connection).
+    device_id: Uuid,
+    gateway: bool,
     /// Encoded answers of the current batch.
     out: BytesMut,
     /// Highest log sequence number the current batch must wait for before `out` is written.
@@ -93,7 +98,8 @@ pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
         stream,
         buf,
         protocol,
-        device,
+        device_id,
+        gateway,
         guard,
     } = session;
     let mut conn = Conn {
@@ -101,7 +107,8 @@ pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
         stream,
         peer,
         protocol,
-        device,
+        device_id,
+        gateway,
         out: BytesMut::new(),
         wait_seq: 0,
         subscriptions: Vec::new(),
@@ -119,7 +126,7 @@ pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
     let unreported = (conn.last_uplink_ms > conn.uplink_reported_ms).then_some(conn.last_uplink_ms);
     state
         .activity
-        .disconnected(&state.ingest, conn.device.device_id, now_ms(), unreported);
+        .disconnected(&state.ingest, conn.device_id, now_ms(), unreported);
     if let End::Server(Some(code)) = end {
         if conn.protocol == Protocol::V5 {
             let out = disconnect_bytes(code);
@@ -135,7 +142,8 @@ struct Session<'a> {
     /// Bytes read after the CONNECT, if the client pipelined packets behind it.
     buf: BytesMut,
     protocol: Protocol,
-    device: DeviceAuth,
+    device_id: Uuid,
+    gateway: bool,
     guard: SessionGuard<'a>,
 }
 
@@ -192,7 +200,8 @@ async fn handshake(
         stream,
         buf,
         protocol,
-        device,
+        device_id: device.device_id,
+        gateway: device.gateway,
         guard,
     })
 }
@@ -458,7 +467,7 @@ impl Conn<'_> {
         // ThingsBoard answers QoS 2 with a PUBACK as well; we do the same (QoS 2 flows come later).
         let ack = publish.qos != QoS::AtMostOnce;
         let pkid = publish.pkid;
-        let device = self.device.device_id;
+        let device = self.device_id;
         let result = match topics::classify(publish.topic.as_str()) {
             DeviceTopic::Telemetry => self.append(telemetry_record(device, &publish.payload)),
             DeviceTopic::Attributes => {
@@ -475,7 +484,7 @@ impl Conn<'_> {
                 return None;
             }
             DeviceTopic::AttributesRequest { id, v2 } => {
-                match requests::attributes_request(self.state, &self.device, &publish.payload) {
+                match requests::attributes_request(self.state, self.device_id, &publish.payload) {
                     Some(body) => {
                         if ack {
                             self.puback(pkid, 0);
@@ -535,7 +544,7 @@ impl Conn<'_> {
             Ok(None) => return Ok(()),
             Err(e) => return Err(Refusal::Payload(e.to_string())),
         };
-        let device = self.device.device_id;
+        let device = self.device_id;
         let appended = RECORD_BUF.with(|scratch| match scratch.try_borrow_mut() {
             Ok(mut scratch) => self
                 .state
@@ -585,13 +594,13 @@ impl Conn<'_> {
 
     /// Counts a read as device activity, written at most once per report interval (reference 6).
     fn note_uplink(&mut self) {
-        let now = now_ms();
+        let now = coarse_now_ms();
         self.last_uplink_ms = now;
         if now - self.uplink_reported_ms >= self.state.activity.report_interval_ms() {
             self.uplink_reported_ms = now;
             self.state
                 .activity
-                .uplink(&self.state.ingest, self.device.device_id, now);
+                .uplink(&self.state.ingest, self.device_id, now);
         }
     }
 
@@ -632,7 +641,7 @@ impl Conn<'_> {
                     .state
                     .ingest
                     .events()
-                    .subscribe(self.device.device_id, outbox.clone());
+                    .subscribe(self.device_id, outbox.clone());
                 self.attribute_updates = Some((id, outbox));
             }
             (false, true) => self.stop_attribute_updates(),
@@ -642,10 +651,7 @@ impl Conn<'_> {
 
     fn stop_attribute_updates(&mut self) {
         if let Some((id, _)) = self.attribute_updates.take() {
-            self.state
-                .ingest
-                .events()
-                .unsubscribe(self.device.device_id, id);
+            self.state.ingest.events().unsubscribe(self.device_id, id);
         }
     }
 
@@ -653,7 +659,7 @@ impl Conn<'_> {
         let v5 = self.protocol == Protocol::V5;
         let mut codes = Vec::with_capacity(subscribe.filters.len());
         for filter in subscribe.filters {
-            if topics::subscription_allowed(&filter.path, self.device.gateway) {
+            if topics::subscription_allowed(&filter.path, self.gateway) {
                 let qos = if filter.qos == QoS::AtMostOnce {
                     QoS::AtMostOnce
                 } else {

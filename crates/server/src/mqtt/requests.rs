@@ -2,7 +2,7 @@
 //! (reference 1.9) and attribute requests (reference 1.7).
 
 use bytes::Bytes;
-use fleetwire_entities::DeviceAuth;
+use uuid::Uuid;
 
 use crate::ingest::attributes::split_keys;
 use crate::ingest::now_ms;
@@ -31,7 +31,7 @@ pub fn client_rpc(state: &AppState, id: &str, v2: bool, payload: &[u8]) -> Optio
 }
 
 /// Answers an attribute request (reference 1.7) from the attribute store; `None` when it is malformed.
-pub fn attributes_request(state: &AppState, device: &DeviceAuth, payload: &[u8]) -> Option<Bytes> {
+pub fn attributes_request(state: &AppState, device: Uuid, payload: &[u8]) -> Option<Bytes> {
     let request: serde_json::Value = if payload.is_empty() {
         serde_json::json!({})
     } else {
@@ -52,7 +52,7 @@ pub fn attributes_request(state: &AppState, device: &DeviceAuth, payload: &[u8])
     let client_keys = keys("clientKeys")?;
     let shared_keys = keys("sharedKeys")?;
     let body = state.ingest.attributes().device_request_json(
-        device.device_id.as_u128(),
+        device.as_u128(),
         client_keys.as_deref(),
         shared_keys.as_deref(),
     );
