@@ -204,3 +204,50 @@ def _assert_one_active(server, device_id: str, severity: str, details: str | Non
     assert len(active) == 1 and active[0]["severity"] == severity, active
     if details is not None:
         assert active[0]["details"] == {"data": details}, active
+
+
+def test_rest_clear_restarts_a_repeating_rule(server, rest_client):
+    """A REPEATING rule (3 matching messages) raises its alarm; clearing it through REST restarts the count, so
+    the next alarm needs 3 more matching messages, not one (reference 5.2, item 6)."""
+    import requests
+
+    repeating = {
+        "id": "repeat", "alarmType": "hot thrice",
+        "createRules": {"MAJOR": {"condition": {"condition": [numeric("temperature", "GREATER", 50)],
+                                                "spec": {"type": "REPEATING",
+                                                         "predicate": {"defaultValue": 3, "userValue": None,
+                                                                       "dynamicValue": None}}},
+                                  "schedule": None, "alarmDetails": None, "dashboardId": None}},
+        "clearRule": None, "propagate": False, "propagateToOwner": False, "propagateToTenant": False,
+        "propagateRelationTypes": None,
+    }
+    profile = create_profile(server, [repeating])
+    device_id, token = create_device(server, profile)
+    url = f"{server.base_url}/api/v1/{token}/telemetry"
+
+    def hot(times: int) -> None:
+        for _ in range(times):
+            assert requests.post(url, json={"temperature": 60}, timeout=10).status_code == 200
+
+    hot(3)
+    active = eventually(lambda: _one_active(server, device_id))
+    resp = server.rest("POST", f"/api/alarm/{active['id']['id']}/clear")
+    assert resp.status_code == 200, resp.text
+    # The processor takes the clear before any record appended after it.
+    assert alarms_of(server, device_id, "ACTIVE") == []
+    hot(2)
+    # Reads wait until the device's processor applied everything acknowledged before them.
+    resp = server.rest("GET", f"/api/plugins/telemetry/DEVICE/{device_id}/values/timeseries", params={"keys": "temperature"})
+    assert resp.status_code == 200
+    assert alarms_of(server, device_id, "ACTIVE") == [], "the count did not restart after the REST clear"
+    hot(1)
+    second = eventually(lambda: _one_active(server, device_id))
+    assert second["id"] != active["id"]
+
+
+def _one_active(server, device_id: str) -> dict:
+    active = alarms_of(server, device_id, "ACTIVE")
+    assert len(active) == 1, active
+    return active[0]
+
+

@@ -1,4 +1,5 @@
-"""Issue 4, attributes: CLIENT / SERVER / SHARED scopes through ThingsBoard's own SDKs (reference 1.7, 3, 4.6).
+"""Issue 4, attributes (and the time-series delete): CLIENT / SERVER / SHARED scopes through ThingsBoard's own SDKs
+(reference 1.7, 3, 4.6).
 
 SHARED attributes saved or deleted through tb-rest-client reach a tb-mqtt-client device that subscribed to them and
 an HTTP long-poll; attribute requests answer from all scopes a device may read; REST saves, reads and deletes behave
@@ -165,10 +166,18 @@ def test_deletes_survive_kill_9(fresh_server):
     base = f"/api/plugins/telemetry/DEVICE/{device.id}"
     assert fresh_server.rest("POST", f"{base}/attributes/SHARED_SCOPE", json={"a": 1, "b": 2}).status_code == 200
     assert fresh_server.rest("DELETE", f"{base}/SHARED_SCOPE", params={"keys": "a"}).status_code == 200
+    ts0 = 1_700_000_000_000
+    points = [{"ts": ts0 + i, "values": {"x": i}} for i in range(5)]
+    assert requests.post(f"{fresh_server.base_url}/api/v1/{device.token}/telemetry", json=points,
+                         timeout=10).status_code == 200
+    resp = fresh_server.rest("DELETE", f"{base}/timeseries/delete",
+                             params={"keys": "x", "startTs": ts0 + 1, "endTs": ts0 + 3})
+    assert resp.status_code == 200, resp.text
     fresh_server.kill9()
     fresh_server.restart()
     fresh_server.login()
     assert attributes(fresh_server, device.id, "SHARED_SCOPE") == {"b": 2}
+    assert sorted(fresh_server.all_points(device.id, "x", ts0, ts0 + 5)) == [ts0, ts0 + 3, ts0 + 4]
     # And after a clean restart, from the attribute database rather than the log.
     fresh_server.restart()
     fresh_server.login()
@@ -205,3 +214,38 @@ def test_v2_subscription_gets_pushes_on_its_topic_and_unsubscribe_stops_them(ser
         eventually(received_on_v1)
     finally:
         paho.close()
+
+
+def test_timeseries_delete_through_tb_rest_client(server, device, rest_client):
+    """`DELETE .../timeseries/delete` (reference 4.6) via tb-rest-client: a range, the latest value deleted or
+    rewritten, deleteAllDataForKeys, and the errors."""
+    from tb_rest_client.models.entity_id import EntityId
+
+    base_ts = 1_700_000_000_000
+    points = [{"ts": base_ts + i * 1000, "values": {"a": i, "b": i * 10}} for i in range(10)]
+    resp = requests.post(f"{server.base_url}/api/v1/{device.token}/telemetry", json=points, timeout=10)
+    assert resp.status_code == 200, resp.text
+    entity = EntityId(id=device.id, entity_type="DEVICE")
+
+    # [base+2s, base+5s) of "a": three points go; "b" is untouched; the latest (base+9s) stays.
+    rest_client.delete_entity_timeseries(entity, keys="a", start_ts=base_ts + 2000, end_ts=base_ts + 5000)
+    assert sorted(server.all_points(device.id, "a", base_ts, base_ts + 10_000)) == [
+        base_ts + i * 1000 for i in (0, 1, 5, 6, 7, 8, 9)]
+    assert len(server.all_points(device.id, "b", base_ts, base_ts + 10_000)) == 10
+
+    # The latest value in the range: rewritten from the newest point left.
+    rest_client.delete_entity_timeseries(entity, keys="a", start_ts=base_ts + 8000, end_ts=base_ts + 10_000,
+                                         rewrite_latest_if_deleted=True)
+    latest = server.get_timeseries(device.id, "a", useStrictDataTypes=True)
+    assert latest == {"a": [{"ts": base_ts + 7000, "value": 7}]}
+
+    # deleteAllDataForKeys: everything up to now; without rewrite the key has no latest value any more.
+    rest_client.delete_entity_timeseries(entity, keys="b", delete_all_data_for_keys=True)
+    assert server.all_points(device.id, "b", base_ts, base_ts + 10_000) == {}
+    assert "b" not in server.get_timeseries(device.id, "a,b")
+
+    path = f"/api/plugins/telemetry/DEVICE/{device.id}/timeseries/delete"
+    resp = server.rest("DELETE", path, params={"keys": "a"})
+    assert resp.status_code == 400 and "start and end timestamp" in resp.text
+    resp = server.rest("DELETE", path, params={"startTs": 0, "endTs": 1})
+    assert resp.status_code == 400

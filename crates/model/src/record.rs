@@ -19,6 +19,10 @@ pub const RECORD_VERSION: u8 = 1;
 const KIND_TELEMETRY: u8 = 1;
 const KIND_ATTRIBUTES: u8 = 2;
 const KIND_ATTRIBUTES_DELETED: u8 = 3;
+const KIND_TELEMETRY_DELETED: u8 = 4;
+
+const FLAG_DELETE_LATEST: u8 = 1;
+const FLAG_REWRITE_LATEST: u8 = 2;
 
 const TYPE_BOOLEAN: u8 = 0;
 const TYPE_LONG: u8 = 1;
@@ -109,6 +113,17 @@ pub enum Record {
         ts: i64,
         keys: Vec<String>,
     },
+    /// Time-series points of one device deleted: `keys` in `[start_ts, end_ts)`; the latest value too
+    /// when it falls in the range and `delete_latest`, replaced by the newest point left when
+    /// `rewrite_latest`.
+    TelemetryDeleted {
+        entity: u128,
+        keys: Vec<String>,
+        start_ts: i64,
+        end_ts: i64,
+        delete_latest: bool,
+        rewrite_latest: bool,
+    },
 }
 
 /// Why bytes could not be decoded as a record (or a scope name not parsed).
@@ -134,6 +149,8 @@ pub enum RecordError {
     TrailingBytes { count: usize },
     #[error("unknown attribute scope {0:?}")]
     ScopeName(String),
+    #[error("unknown flags {0:#x}")]
+    Flags(u8),
 }
 
 impl Record {
@@ -141,7 +158,8 @@ impl Record {
         match self {
             Record::Telemetry { entity, .. }
             | Record::Attributes { entity, .. }
-            | Record::AttributesDeleted { entity, .. } => *entity,
+            | Record::AttributesDeleted { entity, .. }
+            | Record::TelemetryDeleted { entity, .. } => *entity,
         }
     }
 
@@ -152,7 +170,9 @@ impl Record {
                 records.iter().map(TsRecord::data_point_count).sum()
             }
             Record::Attributes { kvs, .. } => kvs.len(),
-            Record::AttributesDeleted { keys, .. } => keys.len(),
+            Record::AttributesDeleted { keys, .. } | Record::TelemetryDeleted { keys, .. } => {
+                keys.len()
+            }
         }
     }
 
@@ -172,6 +192,28 @@ impl Record {
                 ts,
                 keys,
             } => encode_attributes_deleted(*entity, *scope, *ts, keys, out),
+            Record::TelemetryDeleted {
+                entity,
+                keys,
+                start_ts,
+                end_ts,
+                delete_latest,
+                rewrite_latest,
+            } => {
+                out.reserve(telemetry_deleted_len(*start_ts, *end_ts, keys));
+                write_header(KIND_TELEMETRY_DELETED, *entity, out);
+                let mut flags = 0;
+                if *delete_latest {
+                    flags |= FLAG_DELETE_LATEST;
+                }
+                if *rewrite_latest {
+                    flags |= FLAG_REWRITE_LATEST;
+                }
+                out.push(flags);
+                write_varint(zigzag(*start_ts), out);
+                write_varint(zigzag(*end_ts), out);
+                write_keys(keys, out);
+            }
         }
     }
 
@@ -181,6 +223,12 @@ impl Record {
             Record::Telemetry { records, .. } => telemetry_len(records),
             Record::Attributes { ts, kvs, .. } => attributes_len(*ts, kvs),
             Record::AttributesDeleted { ts, keys, .. } => attributes_deleted_len(*ts, keys),
+            Record::TelemetryDeleted {
+                start_ts,
+                end_ts,
+                keys,
+                ..
+            } => telemetry_deleted_len(*start_ts, *end_ts, keys),
         }
     }
 
@@ -234,6 +282,27 @@ impl Record {
                     keys,
                 }
             }
+            KIND_TELEMETRY_DELETED => {
+                let flags = reader.u8()?;
+                if flags & !(FLAG_DELETE_LATEST | FLAG_REWRITE_LATEST) != 0 {
+                    return Err(RecordError::Flags(flags));
+                }
+                let start_ts = reader.zigzag()?;
+                let end_ts = reader.zigzag()?;
+                let count = reader.count(1)?;
+                let mut keys = Vec::with_capacity(count);
+                for _ in 0..count {
+                    keys.push(reader.string()?);
+                }
+                Record::TelemetryDeleted {
+                    entity,
+                    keys,
+                    start_ts,
+                    end_ts,
+                    delete_latest: flags & FLAG_DELETE_LATEST != 0,
+                    rewrite_latest: flags & FLAG_REWRITE_LATEST != 0,
+                }
+            }
             other => return Err(RecordError::Kind(other)),
         };
         match bytes.len() - reader.pos {
@@ -281,10 +350,22 @@ pub fn encode_attributes_deleted(
     write_header(KIND_ATTRIBUTES_DELETED, entity, out);
     out.push(scope.code());
     write_varint(zigzag(ts), out);
+    write_keys(keys, out);
+}
+
+fn write_keys(keys: &[String], out: &mut Vec<u8>) {
     write_varint(keys.len() as u64, out);
     for key in keys {
         write_str(key, out);
     }
+}
+
+fn keys_len(keys: &[String]) -> usize {
+    varint_len(keys.len() as u64) + keys.iter().map(|k| str_len(k)).sum::<usize>()
+}
+
+fn telemetry_deleted_len(start_ts: i64, end_ts: i64, keys: &[String]) -> usize {
+    HEADER_LEN + 1 + varint_len(zigzag(start_ts)) + varint_len(zigzag(end_ts)) + keys_len(keys)
 }
 
 const HEADER_LEN: usize = 2 + 16;

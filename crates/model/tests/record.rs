@@ -55,6 +55,26 @@ fn record_strategy() -> impl Strategy<Value = Record> {
                 ts,
                 keys,
             }),
+        (
+            any::<u128>(),
+            proptest::collection::vec(".{0,8}", 0..4),
+            any::<i64>(),
+            any::<i64>(),
+            any::<bool>(),
+            any::<bool>()
+        )
+            .prop_map(
+                |(entity, keys, start_ts, end_ts, delete_latest, rewrite_latest)| {
+                    Record::TelemetryDeleted {
+                        entity,
+                        keys,
+                        start_ts,
+                        end_ts,
+                        delete_latest,
+                        rewrite_latest,
+                    }
+                }
+            ),
     ]
 }
 
@@ -237,6 +257,28 @@ fn attributes_deleted_golden_bytes() {
     assert_eq!(record.encoded_len(), expected.len());
     assert_eq!(record.data_point_count(), 2);
     assert_eq!(Record::decode(&expected), Ok(record));
+}
+
+#[test]
+fn telemetry_deleted_golden_bytes() {
+    let record = Record::TelemetryDeleted {
+        entity: 1,
+        keys: vec!["t".to_owned()],
+        start_ts: 1,
+        end_ts: -1,
+        delete_latest: true,
+        rewrite_latest: false,
+    };
+    let mut expected = vec![0x01, 0x04];
+    expected.extend_from_slice(&1u128.to_be_bytes());
+    // flags: delete latest; start 1 (zig-zag 2), end -1 (zig-zag 1), 1 key "t"
+    expected.extend_from_slice(&[0x01, 0x02, 0x01, 0x01, 0x01, b't']);
+    assert_eq!(encode(&record), expected);
+    assert_eq!(record.encoded_len(), expected.len());
+    assert_eq!(Record::decode(&expected), Ok(record));
+    let mut bad_flags = expected.clone();
+    bad_flags[18] = 0x04;
+    assert_eq!(Record::decode(&bad_flags), Err(RecordError::Flags(0x04)));
 }
 
 /// The size quoted in docs/format/record.md.

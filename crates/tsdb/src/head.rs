@@ -68,6 +68,18 @@ impl Head {
     /// Empties the head after its points were written to a chunk. A head sealed because it
     /// was full keeps its buffers (its series is busy and will refill them); one sealed early
     /// by a checkpoint gives them back, so idle series do not hold memory.
+    /// Deletes the points with `start <= ts < end`; returns how many. The log stays pinned as before (the
+    /// delete itself is in the log after them).
+    pub(crate) fn delete_range(&mut self, start: i64, end: i64) -> usize {
+        let before = self.points.len();
+        let lo = self.points.lower_bound(start);
+        let hi = self.points.lower_bound(end).max(lo);
+        if lo < hi {
+            self.points = self.points.without_range(start, end);
+        }
+        before - self.points.len()
+    }
+
     pub(crate) fn clear(&mut self, keep_capacity: bool) {
         if keep_capacity {
             self.points.clear();

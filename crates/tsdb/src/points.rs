@@ -196,6 +196,13 @@ impl Points {
         }
     }
 
+    /// The points outside `start <= ts < end`.
+    pub(crate) fn without_range(&self, start: i64, end: i64) -> Points {
+        let lo = self.lower_bound(start);
+        let hi = self.lower_bound(end).max(lo);
+        Points::merge(&self.slice(0, lo), &self.slice(hi, self.len()))
+    }
+
     /// Copies the points with `start <= ts < end`.
     pub(crate) fn slice_range(&self, start: i64, end: i64) -> Points {
         let lo = self.lower_bound(start);

@@ -325,6 +325,56 @@ impl Store {
         }
     }
 
+    /// Deletes the stored points of `id` with `start <= ts < end`: chunks wholly inside go, chunks that
+    /// overlap are rewritten with the points outside. Not synced: the next `write_latest_and_sync` makes
+    /// it durable, like any chunk write. Returns how many points it deleted.
+    pub(crate) fn delete_range(&self, id: SeriesId, start: i64, end: i64) -> Result<usize> {
+        self.check_writable()?;
+        if start >= end {
+            return Ok(0);
+        }
+        let keyspaces: Vec<Keyspace> = self
+            .months
+            .read()
+            .range(month_of(start)..=month_of(end - 1))
+            .map(|(_, ks)| ks.clone())
+            .collect();
+        let mut deleted = 0;
+        for ks in &keyspaces {
+            let lo = match self.last_at_or_before(ks, id, start)? {
+                Some(p) if p.header.last_ts >= start => p.start_ts,
+                _ => start,
+            };
+            let chunks: Vec<Found> = ks
+                .range(chunk_key(id, lo)..chunk_key(id, end))
+                .map(|guard| self.found(ks, id, guard))
+                .collect::<Result<_>>()?;
+            for found in chunks {
+                let points = self.decode(ks, id, &found)?;
+                let kept = points.without_range(start, end);
+                if kept.len() == points.len() {
+                    continue;
+                }
+                deleted += points.len() - kept.len();
+                let r = if kept.is_empty() {
+                    ks.remove(chunk_key(id, found.start_ts))
+                        .map_err(Error::from)
+                } else {
+                    self.replace(ks, id, Some(found.start_ts), &kept)
+                };
+                self.guard(r)?;
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Forgets the stored latest value of `id` (not synced, as `delete_range`).
+    pub(crate) fn remove_latest(&self, id: SeriesId) -> Result<()> {
+        self.check_writable()?;
+        let r = self.latest.remove(id.to_key()).map_err(Error::from);
+        self.guard(r)
+    }
+
     /// Calls `f` with every stored chunk of `id` overlapping `[start, end)`, in `order`; the
     /// chunks are whole (the caller clips them). Stops when `f` breaks.
     pub(crate) fn scan(

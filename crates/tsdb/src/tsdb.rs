@@ -351,6 +351,60 @@ impl Tsdb {
         Ok(())
     }
 
+    /// Deletes the points of one key of `entity` with `start <= ts < end`, from the head and the stored
+    /// chunks (ThingsBoard's `timeseries/delete`). When the latest value falls in the range and
+    /// `delete_latest` is set, it goes too, or, with `rewrite_latest`, is replaced by the newest point
+    /// left. Idempotent, so replaying it after a crash is harmless. Returns how many points it deleted.
+    pub fn delete(
+        &self,
+        entity: u128,
+        key: &str,
+        start: i64,
+        end: i64,
+        delete_latest: bool,
+        rewrite_latest: bool,
+    ) -> Result<usize> {
+        self.store.check_writable()?;
+        // Under the shard lock, so no write or seal of this series interleaves.
+        let mut shard = self.shard(entity);
+        let Some(state) = shard.series_mut(entity, key) else {
+            return Ok(0);
+        };
+        let mut deleted = state.head.delete_range(start, end);
+        deleted += self.store.delete_range(state.id, start, end)?;
+        let latest_in_range = state
+            .latest
+            .as_ref()
+            .is_some_and(|(ts, _)| (start..end).contains(ts));
+        if delete_latest && latest_in_range {
+            let newest = if rewrite_latest {
+                let head = state.head.points.slice(0, state.head.len());
+                query::run(
+                    &self.store,
+                    state.id,
+                    &head,
+                    &Query::raw(i64::MIN, i64::MAX, 1, crate::Order::Desc),
+                )?
+                .into_iter()
+                .next()
+            } else {
+                None
+            };
+            match newest {
+                Some(point) => {
+                    state.latest = Some(point);
+                    state.latest_dirty = true;
+                }
+                None => {
+                    state.latest = None;
+                    state.latest_dirty = false;
+                    self.store.remove_latest(state.id)?;
+                }
+            }
+        }
+        Ok(deleted)
+    }
+
     /// Latest values of `entity` for `keys` (in the order asked, unknown keys skipped), or of
     /// all its keys in key order when `keys` is empty.
     pub fn latest<K: AsRef<str>>(&self, entity: u128, keys: &[K]) -> Vec<Latest> {

@@ -28,6 +28,7 @@ use super::json::{entity_id, opt_entity_id, uuid_of, IdIn};
 use super::page::{page_json, PageParams};
 use super::{blocking, owned};
 use crate::AppState;
+use fleetwire_rules::AlarmEvent;
 
 /// ThingsBoard's Alarm JSON: every field, nulls included; `name` is the type, `status` is derived.
 pub fn alarm_json(a: &Alarm) -> Value {
@@ -338,17 +339,30 @@ async fn get_alarm_info(
     Ok(Json(alarm_info_json(&info)))
 }
 
+/// Tells the device's alarm rules that its active alarm was cleared or deleted through REST, so their
+/// counters restart (reference 5.2, item 6). Only for the active alarm of a device: that is the one the
+/// rules know.
+fn tell_rules(state: &AppState, before: &Alarm, event: AlarmEvent) {
+    if before.originator.entity_type == Originator::DEVICE && !before.cleared {
+        state
+            .ingest
+            .alarm_changed(before.originator.id, &before.alarm_type, event);
+    }
+}
+
 async fn delete_alarm(
     State(state): State<AppState>,
     caller: CurrentUser,
     IdPath(id): IdPath,
 ) -> Result<Json<bool>, ApiError> {
     let tenant_id = caller.tenant_admin()?;
-    blocking(&state, move |e| {
-        owned_alarm(e, tenant_id, id)?;
-        Ok(e.delete_alarm(tenant_id, id)?)
+    let alarm = blocking(&state, move |e| {
+        let alarm = owned_alarm(e, tenant_id, id)?;
+        e.delete_alarm(tenant_id, id)?;
+        Ok(alarm)
     })
     .await?;
+    tell_rules(&state, &alarm, AlarmEvent::Deleted);
     Ok(Json(true))
 }
 
@@ -373,12 +387,13 @@ async fn clear_alarm(
     IdPath(id): IdPath,
 ) -> Result<Json<Value>, ApiError> {
     let tenant_id = caller.tenant_admin()?;
-    let info = blocking(&state, move |e| {
-        owned_alarm(e, tenant_id, id)?;
+    let (before, info) = blocking(&state, move |e| {
+        let before = owned_alarm(e, tenant_id, id)?;
         e.clear_alarm(tenant_id, id, None, now_ms())?;
-        owned_info(e, tenant_id, id)
+        Ok((before, owned_info(e, tenant_id, id)?))
     })
     .await?;
+    tell_rules(&state, &before, AlarmEvent::Cleared);
     Ok(Json(alarm_info_json(&info)))
 }
 

@@ -10,7 +10,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use fleetwire_model::Value;
 use fleetwire_tsdb::{Agg, Order, Query};
@@ -43,6 +43,72 @@ pub fn routes() -> Router<AppState> {
             &format!("{base}/timeseries/{{scope}}/{{ttl}}"),
             post(save_timeseries_ttl),
         )
+        .route(
+            &format!("{base}/timeseries/delete"),
+            delete(delete_timeseries),
+        )
+}
+
+/// `DELETE .../timeseries/delete?keys=a,b&startTs&endTs&deleteAllDataForKeys&deleteLatest&rewriteLatestIfDeleted`
+/// (reference 4.6): written through the ingest log like any write, 200 once durable; the processor
+/// deletes the points (`[startTs, endTs)`) and, by default, the latest value when it falls in the range.
+async fn delete_timeseries(
+    State(state): State<AppState>,
+    user: CurrentUser,
+    Path((entity_type, entity_id)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let device = device_of(&state, &user, &entity_type, &entity_id).await?;
+    let mut keys = Vec::new();
+    let (mut start_ts, mut end_ts) = (None, None);
+    let mut delete_all = false;
+    let mut delete_latest = true;
+    let mut rewrite_latest = false;
+    let flag = |value: &str| value.eq_ignore_ascii_case("true");
+    for (name, value) in form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes()) {
+        match name.as_ref() {
+            "keys" | "key" => keys.extend(split_keys(&value).into_iter().map(String::from)),
+            "startTs" => start_ts = Some(parse_ts("startTs", &value)?),
+            "endTs" => end_ts = Some(parse_ts("endTs", &value)?),
+            "deleteAllDataForKeys" => delete_all = flag(&value),
+            "deleteLatest" => delete_latest = flag(&value),
+            "rewriteLatestIfDeleted" => rewrite_latest = flag(&value),
+            _ => {}
+        }
+    }
+    if keys.is_empty() {
+        return Err(plain("Required request parameter 'keys' is not present"));
+    }
+    // ThingsBoard's "all data" is everything up to now.
+    let (start_ts, end_ts) = if delete_all {
+        (0, crate::ingest::now_ms())
+    } else {
+        match (start_ts, end_ts) {
+            (Some(start), Some(end)) => (start, end),
+            _ => {
+                return Err(plain(
+                    "When deleteAllDataForKeys is false, start and end timestamp values shouldn't be empty",
+                ))
+            }
+        }
+    };
+    let record = fleetwire_model::Record::TelemetryDeleted {
+        entity: device.as_u128(),
+        keys,
+        start_ts,
+        end_ts,
+        delete_latest,
+        rewrite_latest,
+    };
+    state.ingest.write(device, &record).await?;
+    Ok(StatusCode::OK.into_response())
+}
+
+fn parse_ts(name: &str, value: &str) -> Result<i64, ApiError> {
+    value
+        .trim()
+        .parse()
+        .map_err(|_| plain(format!("Invalid {name}: {value}")))
 }
 
 /// Checks that the caller may read or write the entity's telemetry; returns the device id.

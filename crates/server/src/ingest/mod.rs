@@ -47,8 +47,17 @@ pub enum IngestError {
     Thread(std::io::Error),
 }
 
-/// Activity changes waiting for a partition's processor: (device, active).
-pub(crate) type ActivityQueue = Mutex<Vec<(Uuid, bool)>>;
+/// What happened to a device outside its records, for its processor's alarm rules.
+#[derive(Debug, Clone)]
+pub(crate) enum DeviceEvent {
+    /// `active` changed.
+    Activity(bool),
+    /// The device's active alarm of this type was acknowledged, cleared or deleted through REST.
+    Alarm(String, fleetwire_rules::AlarmEvent),
+}
+
+/// Device events waiting for a partition's processor.
+pub(crate) type ActivityQueue = Mutex<Vec<(Uuid, DeviceEvent)>>;
 
 /// Progress of one partition's processor, shared with queries.
 pub(crate) struct PartitionProgress {
@@ -276,9 +285,24 @@ impl Ingest {
 
     /// Tells the device's processor that its `active` changed, for the alarm rules that read it.
     pub fn activity_changed(&self, device: Uuid, active: bool) {
+        self.device_event(device, DeviceEvent::Activity(active));
+    }
+
+    /// Tells the device's processor that its active alarm of `alarm_type` was acknowledged, cleared or
+    /// deleted outside the evaluator, so the rule counters follow (reference 5.2, item 6).
+    pub fn alarm_changed(
+        &self,
+        device: Uuid,
+        alarm_type: &str,
+        event: fleetwire_rules::AlarmEvent,
+    ) {
+        self.device_event(device, DeviceEvent::Alarm(alarm_type.to_owned(), event));
+    }
+
+    fn device_event(&self, device: Uuid, event: DeviceEvent) {
         let partition = usize::from(self.partition_of(device));
         if let Some(queue) = self.activity_queues.get(partition) {
-            queue.lock().push((device, active));
+            queue.lock().push((device, event));
         }
     }
 

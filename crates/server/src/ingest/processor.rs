@@ -82,6 +82,9 @@ impl Processor {
             let mut applied = 0u64;
             // Wall-clock time for alarm rules, read once per 256 records rather than per record.
             let mut now = now_ms();
+            // Events queued before the records that follow them (a REST clear, then new data) are applied
+            // first.
+            self.device_events(now);
             while let Some(entry) = reader.next_record()? {
                 if applied.is_multiple_of(256) && applied > 0 {
                     now = now_ms();
@@ -110,16 +113,7 @@ impl Processor {
                 }
             }
             let now = now_ms();
-            let changes = std::mem::take(&mut *self.activity_queues[usize::from(partition)].lock());
-            for (device, active) in changes {
-                self.alarms.on_input(
-                    &self.tsdb,
-                    &self.attributes,
-                    device,
-                    Input::Activity { active },
-                    now,
-                );
-            }
+            self.device_events(now);
             self.alarms.tick(&self.tsdb, &self.attributes, now);
             let stopping = self.shutdown.load(Ordering::Acquire);
             if stopping || last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL {
@@ -147,6 +141,23 @@ impl Processor {
             if applied == 0 {
                 self.log.wait_for_data(log_partition, offset, IDLE_WAIT)?;
             }
+        }
+    }
+
+    /// Feeds the queued device events (activity changes, REST alarm changes) to the alarm rules.
+    fn device_events(&mut self, now: i64) {
+        let queue = &self.activity_queues[usize::from(self.partition)];
+        let changes = std::mem::take(&mut *queue.lock());
+        for (device, event) in changes {
+            let input = match &event {
+                super::DeviceEvent::Activity(active) => Input::Activity { active: *active },
+                super::DeviceEvent::Alarm(alarm_type, event) => Input::Alarm {
+                    alarm_type,
+                    event: *event,
+                },
+            };
+            self.alarms
+                .on_input(&self.tsdb, &self.attributes, device, input, now);
         }
     }
 
@@ -239,6 +250,21 @@ impl Processor {
                 }
                 Ok(())
             }
+            Ok(Record::TelemetryDeleted {
+                entity,
+                keys,
+                start_ts,
+                end_ts,
+                delete_latest,
+                rewrite_latest,
+            }) => keys
+                .iter()
+                .try_for_each(|key| {
+                    self.tsdb
+                        .delete(entity, key, start_ts, end_ts, delete_latest, rewrite_latest)
+                        .map(|_| ())
+                })
+                .map_err(super::IngestError::from),
             // Records are validated before they are appended and CRC-checked by the log, so this means a
             // record written by a newer version: skip it loudly rather than stop the partition.
             Err(e) => {
