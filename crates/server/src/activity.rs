@@ -192,19 +192,22 @@ impl Activity {
             let mut devices = self.devices.lock();
             let state = devices.entry(device).or_default();
             state.last_connect = now;
-            state.uplink(now)
+            state.uplink(now) && queue(ingest, device, true)
         };
         if became_active {
-            changed(ingest, device, true, now);
+            publish(ingest, device, true, now);
         }
     }
 
     /// Uplinks of a connected session, the latest at `now`; connections call this at most once per report
     /// interval.
     pub fn uplink(&self, ingest: &Ingest, device: Uuid, now: i64) {
-        let became_active = self.devices.lock().entry(device).or_default().uplink(now);
+        let became_active = {
+            let mut devices = self.devices.lock();
+            devices.entry(device).or_default().uplink(now) && queue(ingest, device, true)
+        };
         if became_active {
-            changed(ingest, device, true, now);
+            publish(ingest, device, true, now);
         }
     }
 
@@ -215,10 +218,10 @@ impl Activity {
             let state = devices.entry(device).or_default();
             state.last_disconnect = now;
             state.dirty = true;
-            last_uplink.is_some_and(|at| state.uplink(at))
+            last_uplink.is_some_and(|at| state.uplink(at)) && queue(ingest, device, true)
         };
         if became_active {
-            changed(ingest, device, true, now);
+            publish(ingest, device, true, now);
         }
     }
 
@@ -229,10 +232,10 @@ impl Activity {
             let state = devices.entry(device).or_default();
             state.last_connect = now;
             state.last_disconnect = now;
-            state.uplink(now)
+            state.uplink(now) && queue(ingest, device, true)
         };
         if became_active {
-            changed(ingest, device, true, now);
+            publish(ingest, device, true, now);
         }
     }
 
@@ -242,14 +245,19 @@ impl Activity {
     pub fn check(&self, ingest: &Ingest, exists: impl Fn(Uuid) -> bool, now: i64) -> usize {
         let default_timeout = i64::try_from(self.config.inactivity_timeout_ms).unwrap_or(i64::MAX);
         let store = ingest.attributes();
-        let mut expired = Vec::new();
-        {
+        // The timeouts are read without holding the tracker, which every connect and uplink takes.
+        let active: Vec<(Uuid, i64)> = {
             let mut devices = self.devices.lock();
             devices.retain(|device, _| exists(*device));
-            for (device, state) in devices.iter_mut() {
-                if !state.active {
-                    continue;
-                }
+            devices
+                .iter()
+                .filter(|(_, s)| s.active)
+                .map(|(id, s)| (*id, s.last_activity))
+                .collect()
+        };
+        let due: Vec<(Uuid, i64)> = active
+            .into_iter()
+            .filter(|(device, last_activity)| {
                 let timeout = store
                     .get(
                         device.as_u128(),
@@ -260,16 +268,29 @@ impl Activity {
                     .and_then(|a| millis(&a.value))
                     .filter(|&ms| ms > 0)
                     .unwrap_or(default_timeout);
-                if now >= state.last_activity.saturating_add(timeout) {
-                    state.active = false;
-                    state.inactivity_alarm = now;
-                    state.dirty = true;
-                    expired.push(*device);
+                now >= last_activity.saturating_add(timeout)
+            })
+            .collect();
+        let mut expired = Vec::new();
+        {
+            let mut devices = self.devices.lock();
+            for (device, seen) in due {
+                // Unless an uplink came in meanwhile.
+                let Some(state) = devices.get_mut(&device) else {
+                    continue;
+                };
+                if !state.active || state.last_activity > seen {
+                    continue;
                 }
+                state.active = false;
+                state.inactivity_alarm = now;
+                state.dirty = true;
+                queue(ingest, device, false);
+                expired.push(device);
             }
         }
         for device in &expired {
-            changed(ingest, *device, false, now);
+            publish(ingest, *device, false, now);
         }
         expired.len()
     }
@@ -359,10 +380,16 @@ impl Activity {
     }
 }
 
-/// `active` changed: the device's processor evaluates the alarm rules that use it, and WebSocket
-/// subscribers to the device's SERVER attributes hear of it.
-fn changed(ingest: &Ingest, device: Uuid, active: bool, now: i64) {
+/// `active` changed: queues it for the device's processor, which evaluates the alarm rules that use it.
+/// Called with the tracker locked, so two changes of one device reach the processor in the order they
+/// happened. Returns true.
+fn queue(ingest: &Ingest, device: Uuid, active: bool) -> bool {
     ingest.activity_changed(device, active);
+    true
+}
+
+/// `active` changed: WebSocket subscribers to the device's SERVER attributes hear of it.
+fn publish(ingest: &Ingest, device: Uuid, active: bool, now: i64) {
     let events = ingest.events();
     if events.wants(device, Interest::ATTRIBUTES) {
         let mut kvs = vec![Kv {

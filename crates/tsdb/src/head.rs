@@ -65,11 +65,10 @@ impl Head {
         &self.pins
     }
 
-    /// Empties the head after its points were written to a chunk. A head sealed because it
-    /// was full keeps its buffers (its series is busy and will refill them); one sealed early
-    /// by a checkpoint gives them back, so idle series do not hold memory.
-    /// Deletes the points with `start <= ts < end`; returns how many. The log stays pinned as before (the
-    /// delete itself is in the log after them).
+    /// Deletes the points with `start <= ts < end`; returns how many. A head left with points keeps its
+    /// log pins (the delete itself is in the log after them). A head left empty drops them: it will never
+    /// be sealed, and nothing in the log before the delete is needed for this series any more (the store
+    /// persists the chunk side of the delete before the checkpoint can pass it).
     pub(crate) fn delete_range(&mut self, start: i64, end: i64) -> usize {
         let before = self.points.len();
         let lo = self.points.lower_bound(start);
@@ -77,9 +76,15 @@ impl Head {
         if lo < hi {
             self.points = self.points.without_range(start, end);
         }
+        if self.points.is_empty() {
+            self.pins.clear();
+        }
         before - self.points.len()
     }
 
+    /// Empties the head after its points were written to a chunk. A head sealed because it
+    /// was full keeps its buffers (its series is busy and will refill them); one sealed early
+    /// by a checkpoint gives them back, so idle series do not hold memory.
     pub(crate) fn clear(&mut self, keep_capacity: bool) {
         if keep_capacity {
             self.points.clear();

@@ -350,6 +350,15 @@ impl Store {
                 .map(|guard| self.found(ks, id, guard))
                 .collect::<Result<_>>()?;
             for found in chunks {
+                if found.header.first_ts >= start && found.header.last_ts < end {
+                    // Wholly inside the range: no need to decode it.
+                    deleted += found.header.point_count as usize;
+                    let r = ks
+                        .remove(chunk_key(id, found.start_ts))
+                        .map_err(Error::from);
+                    self.guard(r)?;
+                    continue;
+                }
                 let points = self.decode(ks, id, &found)?;
                 let kept = points.without_range(start, end);
                 if kept.len() == points.len() {

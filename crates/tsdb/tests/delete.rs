@@ -131,3 +131,21 @@ fn the_latest_value_goes_or_is_rewritten() {
     assert_eq!(db.latest(DEVICE, &["t"])[0].ts, last - 3 * 3_600_000);
     assert_eq!(all(&db, "t").last(), Some(&(last - 4 * 3_600_000)));
 }
+
+#[test]
+fn a_head_emptied_by_a_delete_no_longer_pins_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path());
+    for pos in 7..10u64 {
+        let source = Source { partition: 0, pos };
+        db.write(source, DEVICE, "x", T0 + pos as i64, &Value::Long(1))
+            .unwrap();
+    }
+    assert_eq!(db.min_unsealed_source(0), Some(7));
+    // Part of the head: still pinned.
+    db.delete(DEVICE, "x", T0, T0 + 8, true, false).unwrap();
+    assert_eq!(db.min_unsealed_source(0), Some(7));
+    // All of it: nothing of this series needs the log any more (it will never be sealed).
+    db.delete(DEVICE, "x", T0, T0 + 100, true, false).unwrap();
+    assert_eq!(db.min_unsealed_source(0), None);
+}

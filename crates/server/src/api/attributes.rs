@@ -223,6 +223,8 @@ pub(crate) fn scope_attributes(
 ) -> Vec<Attribute> {
     let mut found = state.ingest.attributes().get(device.as_u128(), scope, keys);
     if scope == AttributeScope::Server {
+        // The tracker's values win over any copy saved through REST.
+        found.retain(|a| !crate::activity::is_activity_key(&a.key));
         found.extend(state.activity.attributes(device, keys));
         found.sort_by(|a, b| a.key.cmp(&b.key));
     }

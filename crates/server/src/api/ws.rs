@@ -396,26 +396,33 @@ impl Session {
             "TIMESERIES_HISTORY" => Some(self.history(device, &cmd)),
             "TIMESERIES" => {
                 let keys = keys_of(cmd.keys.as_deref());
+                // Subscribe before reading the snapshot: an update applied in between then arrives
+                // after it (at worst twice), never not at all.
+                if let Some(refused) = self.watch(
+                    cmd_id,
+                    device,
+                    Interest::TELEMETRY,
+                    Watch::Timeseries(keys.clone()),
+                ) {
+                    return refused;
+                }
                 let window = cmd.time_window.filter(|w| *w > 0);
-                let reply = match (cmd.start_ts, window) {
+                Some(match (cmd.start_ts, window) {
                     (Some(start_ts), Some(window)) => {
                         let ranged = Cmd {
                             end_ts: Some(start_ts.saturating_add(window)),
                             keys: Some(
-                                keys.clone()
-                                    .unwrap_or_else(|| {
-                                        self.state.ingest.tsdb().keys(device.as_u128())
-                                    })
-                                    .join(","),
+                                keys.unwrap_or_else(|| {
+                                    self.state.ingest.tsdb().keys(device.as_u128())
+                                })
+                                .join(","),
                             ),
                             ..cmd
                         };
                         self.history(device, &ranged)
                     }
                     _ => self.latest(cmd_id, device, &keys),
-                };
-                self.watch(cmd_id, device, Interest::TELEMETRY, Watch::Timeseries(keys))
-                    .unwrap_or(Some(reply))
+                })
             }
             _ => {
                 let scope = match cmd.scope.as_deref().filter(|s| !s.is_empty()) {
@@ -432,14 +439,15 @@ impl Session {
                     },
                 };
                 let keys = keys_of(cmd.keys.as_deref());
-                let reply = self.attributes_snapshot(cmd_id, device, scope, &keys);
-                self.watch(
+                if let Some(refused) = self.watch(
                     cmd_id,
                     device,
                     Interest::ATTRIBUTES,
-                    Watch::Attributes(scope, keys),
-                )
-                .unwrap_or(Some(reply))
+                    Watch::Attributes(scope, keys.clone()),
+                ) {
+                    return refused;
+                }
+                Some(self.attributes_snapshot(cmd_id, device, scope, &keys))
             }
         }
     }
