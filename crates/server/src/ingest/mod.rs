@@ -56,8 +56,13 @@ pub(crate) enum DeviceEvent {
     Alarm(String, fleetwire_rules::AlarmEvent),
 }
 
-/// Device events waiting for a partition's processor.
-pub(crate) type ActivityQueue = Mutex<Vec<(Uuid, DeviceEvent)>>;
+/// Device events waiting for a partition's processor. `pending` lets the processor check before every
+/// record, for the price of one atomic load, so an event is applied before any record appended after it.
+#[derive(Default)]
+pub(crate) struct ActivityQueue {
+    pub pending: AtomicBool,
+    pub events: Mutex<Vec<(Uuid, DeviceEvent)>>,
+}
 
 /// Progress of one partition's processor, shared with queries.
 pub(crate) struct PartitionProgress {
@@ -302,7 +307,8 @@ impl Ingest {
     fn device_event(&self, device: Uuid, event: DeviceEvent) {
         let partition = usize::from(self.partition_of(device));
         if let Some(queue) = self.activity_queues.get(partition) {
-            queue.lock().push((device, event));
+            queue.events.lock().push((device, event));
+            queue.pending.store(true, Ordering::Release);
         }
     }
 

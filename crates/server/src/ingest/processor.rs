@@ -89,6 +89,12 @@ impl Processor {
                 if applied.is_multiple_of(256) && applied > 0 {
                     now = now_ms();
                 }
+                if self.activity_queues[usize::from(partition)]
+                    .pending
+                    .load(Ordering::Acquire)
+                {
+                    self.device_events(now);
+                }
                 self.apply(entry.offset, entry.payload, now);
                 offset = entry.next_offset;
                 progress.applied.store(offset, Ordering::Release);
@@ -147,7 +153,8 @@ impl Processor {
     /// Feeds the queued device events (activity changes, REST alarm changes) to the alarm rules.
     fn device_events(&mut self, now: i64) {
         let queue = &self.activity_queues[usize::from(self.partition)];
-        let changes = std::mem::take(&mut *queue.lock());
+        queue.pending.store(false, Ordering::Release);
+        let changes = std::mem::take(&mut *queue.events.lock());
         for (device, event) in changes {
             let input = match &event {
                 super::DeviceEvent::Activity(active) => Input::Activity { active: *active },
