@@ -251,3 +251,38 @@ def _one_active(server, device_id: str) -> dict:
     return active[0]
 
 
+
+
+def test_tenant_attribute_as_a_dynamic_threshold(server):
+    """A CURRENT_TENANT dynamic value reads the tenant's SERVER attribute, saved through REST on the TENANT entity
+    (reference 5.1): with the default of 100 a reading of 40 raises nothing; with the tenant's 30 it does."""
+    import requests
+
+    me = server.rest("GET", "/api/auth/user").json()
+    tenant_id = me["tenantId"]["id"]
+    hot = {"key": {"type": "TIME_SERIES", "key": "temperature"}, "valueType": "NUMERIC", "value": None,
+           "predicate": {"type": "NUMERIC", "operation": "GREATER",
+                         "value": {"defaultValue": 100, "userValue": None,
+                                   "dynamicValue": {"sourceType": "CURRENT_TENANT", "sourceAttribute": "maxTemp",
+                                                    "inherit": False}}}}
+    alarm = {"id": "tenant-hot", "alarmType": "above tenant limit", "createRules": {"MINOR": rule(hot)},
+             "clearRule": None, "propagate": False, "propagateToOwner": False, "propagateToTenant": False,
+             "propagateRelationTypes": None}
+    profile = create_profile(server, [alarm])
+    device_id, token = create_device(server, profile)
+    url = f"{server.base_url}/api/v1/{token}/telemetry"
+    assert requests.post(url, json={"temperature": 40}, timeout=10).status_code == 200
+    server.rest("GET", f"/api/plugins/telemetry/DEVICE/{device_id}/values/timeseries")  # waits for the processor
+    assert alarms_of(server, device_id) == []
+
+    path = f"/api/plugins/telemetry/TENANT/{tenant_id}/attributes/SERVER_SCOPE"
+    resp = server.rest("POST", path, json={"maxTemp": 30})
+    assert resp.status_code == 200, resp.text
+    resp = server.rest("GET", f"/api/plugins/telemetry/TENANT/{tenant_id}/values/attributes/SERVER_SCOPE")
+    assert [(a["key"], a["value"]) for a in resp.json()] == [("maxTemp", 30)]
+    other_tenant = "13814000-1dd2-11b2-8080-808080808080"
+    assert server.rest("POST", f"/api/plugins/telemetry/TENANT/{other_tenant}/attributes/SERVER_SCOPE",
+                       json={"maxTemp": 1}).status_code == 403
+
+    assert requests.post(url, json={"temperature": 41}, timeout=10).status_code == 200
+    eventually(lambda: _one_active(server, device_id))

@@ -19,6 +19,27 @@ use serde_json::Value as JsonValue;
 use crate::api::auth::CurrentUser;
 use crate::api::error::ApiError;
 use crate::api::telemetry::{device_of, CATCH_UP_TIMEOUT};
+
+/// The entity whose attributes a request names: a device of the caller's tenant, or the caller's tenant
+/// itself (`TENANT`; its SERVER attributes are what alarm rules' CURRENT_TENANT dynamic values read).
+async fn entity_of(
+    state: &AppState,
+    user: &CurrentUser,
+    entity_type: &str,
+    entity_id: &str,
+) -> Result<uuid::Uuid, ApiError> {
+    if entity_type != "TENANT" {
+        return device_of(state, user, entity_type, entity_id).await;
+    }
+    let tenant = user.tenant_admin()?;
+    let id = uuid::Uuid::parse_str(entity_id)
+        .map_err(|_| ApiError::bad_request(format!("Invalid UUID string: {entity_id}")))?;
+    if id == tenant {
+        Ok(id)
+    } else {
+        Err(ApiError::forbidden())
+    }
+}
 use crate::ingest::attributes::{split_keys, Attribute};
 use crate::ingest::now_ms;
 use crate::AppState;
@@ -90,7 +111,7 @@ async fn save(
     scope: &str,
     body: &[u8],
 ) -> Result<Response, ApiError> {
-    let device = device_of(state, user, entity_type, entity_id).await?;
+    let device = entity_of(state, user, entity_type, entity_id).await?;
     let scope = writable_scope(scope)?;
     let kvs = attributes_body(body)?;
     let record = Record::Attributes {
@@ -110,7 +131,7 @@ async fn delete(
     scope: &str,
     query: Option<&str>,
 ) -> Result<Response, ApiError> {
-    let device = device_of(state, user, entity_type, entity_id).await?;
+    let device = entity_of(state, user, entity_type, entity_id).await?;
     let scope = scopes(Some(scope))?[0];
     let keys = query_keys(query);
     if keys.is_empty() {
@@ -204,7 +225,7 @@ async fn read(
     scope: Option<&str>,
     keys: &[&str],
 ) -> Result<Vec<Attribute>, ApiError> {
-    let device = device_of(state, user, entity_type, entity_id).await?;
+    let device = entity_of(state, user, entity_type, entity_id).await?;
     let scopes = scopes(scope)?;
     state.ingest.caught_up(device, CATCH_UP_TIMEOUT).await;
     Ok(scopes
