@@ -286,3 +286,26 @@ def test_tenant_attribute_as_a_dynamic_threshold(server):
 
     assert requests.post(url, json={"temperature": 41}, timeout=10).status_code == 200
     eventually(lambda: _one_active(server, device_id))
+
+
+def test_a_device_moved_to_a_profile_with_rules_is_evaluated_by_them(server):
+    import requests
+
+    bare = create_profile(server, [])
+    heat = {"id": "heat", "alarmType": "overheat", "createRules": {"MAJOR": rule(numeric("temperature", "GREATER", 80))},
+            "clearRule": None, "propagate": False, "propagateToOwner": False, "propagateToTenant": False,
+            "propagateRelationTypes": None}
+    ruled = create_profile(server, [heat])
+    device_id, token = create_device(server, bare)
+    url = f"{server.base_url}/api/v1/{token}/telemetry"
+    assert requests.post(url, json={"temperature": 95}, timeout=10).status_code == 200
+    server.rest("GET", f"/api/plugins/telemetry/DEVICE/{device_id}/values/timeseries")  # waits for the processor
+    assert alarms_of(server, device_id) == []
+
+    device = server.rest("GET", f"/api/device/{device_id}").json()
+    device["deviceProfileId"] = ruled["id"]
+    resp = server.rest("POST", "/api/device", json=device)
+    assert resp.status_code == 200, resp.text
+    assert requests.post(url, json={"temperature": 96}, timeout=10).status_code == 200
+    active = eventually(lambda: _one_active(server, device_id))
+    assert active["type"] == "overheat"

@@ -180,7 +180,7 @@ async fn save_device(
         save(e, tenant_id, draft, credentials, &params)
     })
     .await?;
-    state.ingest.devices_changed();
+    state.ingest.device_changed(device.id);
     Ok(Json(device_json(&device)))
 }
 
@@ -229,7 +229,7 @@ async fn save_device_with_credentials(
         Ok(device)
     })
     .await?;
-    state.ingest.devices_changed();
+    state.ingest.device_changed(device.id);
     Ok(Json(device_json(&device)))
 }
 
@@ -264,7 +264,7 @@ async fn delete_device(
         Ok(e.delete_device(tenant_id, id)?)
     })
     .await?;
-    state.ingest.devices_changed();
+    state.ingest.device_changed(id);
     Ok(StatusCode::OK)
 }
 

@@ -8,8 +8,9 @@
 //! record finds the alarm it raised and updates it instead of raising a second one.
 //!
 //! Devices without alarm rules cost one map lookup per record. Profiles are parsed once and cached until a
-//! profile changes; a device change re-checks which profile each known device has. Both are signalled by
-//! generation counters the REST handlers bump (`Ingest::profiles_changed`, `Ingest::devices_changed`).
+//! profile changes (a generation counter the REST handlers bump, `Ingest::profiles_changed`); a saved or
+//! deleted device is forgotten by its own processor (`Ingest::device_changed`), so its next record reads
+//! its profile again.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,10 +32,9 @@ use crate::activity::Activity;
 /// How often DURATION rules are re-checked without new data (ThingsBoard: 60 s).
 pub const TICK_INTERVAL_MS: i64 = 60_000;
 
-/// A device the processor has seen: 24 bytes when its profile has no rules (most devices), the rule state
-/// behind a box otherwise.
+/// A device the processor has seen: a null pointer when its profile has no rules (most devices), the rule
+/// state behind a box otherwise.
 struct Tracked {
-    profile: Uuid,
     /// `None`: the device's profile has no alarm rules.
     rules: Option<Box<WithRules>>,
 }
@@ -45,11 +45,10 @@ struct WithRules {
     state: DeviceState,
 }
 
-/// Counters bumped when device profiles or devices change.
+/// Counters bumped when device profiles change.
 #[derive(Default)]
 pub(super) struct Generations {
     pub profiles: AtomicU64,
-    pub devices: AtomicU64,
 }
 
 pub(super) struct AlarmRules {
@@ -57,7 +56,6 @@ pub(super) struct AlarmRules {
     activity: Arc<Activity>,
     generations: Arc<Generations>,
     seen_profiles: u64,
-    seen_devices: u64,
     profiles: HashMap<Uuid, Option<Arc<ProfileAlarms>>>,
     devices: HashMap<Uuid, Tracked>,
     last_tick: i64,
@@ -93,7 +91,6 @@ impl AlarmRules {
             entities,
             activity,
             seen_profiles: generations.profiles.load(Ordering::Acquire),
-            seen_devices: generations.devices.load(Ordering::Acquire),
             generations,
             profiles: HashMap::new(),
             devices: HashMap::new(),
@@ -164,13 +161,7 @@ impl AlarmRules {
                     state: DeviceState::default(),
                 })
             });
-            self.devices.insert(
-                device,
-                Tracked {
-                    profile: auth.profile_id,
-                    rules,
-                },
-            );
+            self.devices.insert(device, Tracked { rules });
         }
         let Some(Tracked {
             rules: Some(with_rules),
@@ -198,9 +189,7 @@ impl AlarmRules {
         }
     }
 
-    /// A profile changed: its rules are parsed again and every device's rule state starts over. A device
-    /// changed: devices that were deleted or moved to another profile are forgotten (and start over when
-    /// their next record comes).
+    /// A profile changed: its rules are parsed again and every device's rule state starts over.
     fn follow_changes(&mut self) {
         let profiles = self.generations.profiles.load(Ordering::Acquire);
         if profiles != self.seen_profiles {
@@ -208,16 +197,11 @@ impl AlarmRules {
             self.profiles.clear();
             self.devices.clear();
         }
-        let devices = self.generations.devices.load(Ordering::Acquire);
-        if devices != self.seen_devices {
-            self.seen_devices = devices;
-            let entities = &self.entities;
-            self.devices.retain(|id, tracked| {
-                entities
-                    .device_auth(*id)
-                    .is_some_and(|auth| auth.profile_id == tracked.profile)
-            });
-        }
+    }
+
+    /// A device was saved or deleted: it starts over with the profile it has now at its next record.
+    pub fn forget(&mut self, device: Uuid) {
+        self.devices.remove(&device);
     }
 
     /// The periodic re-check of DURATION rules, at most once per [`TICK_INTERVAL_MS`].

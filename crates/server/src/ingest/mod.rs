@@ -54,6 +54,8 @@ pub(crate) enum DeviceEvent {
     Activity(bool),
     /// The device's active alarm of this type was acknowledged, cleared or deleted through REST.
     Alarm(String, fleetwire_rules::AlarmEvent),
+    /// The device was saved (perhaps with another profile) or deleted.
+    Changed,
 }
 
 /// Device events waiting for a partition's processor. `pending` lets the processor check before every
@@ -318,10 +320,10 @@ impl Ingest {
         self.generations.profiles.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Tells the processors that a device was saved or deleted: they re-check the profile of the devices
-    /// they track.
-    pub fn devices_changed(&self) {
-        self.generations.devices.fetch_add(1, Ordering::AcqRel);
+    /// Tells the device's processor that the device was saved or deleted: its rule state starts over with
+    /// the profile it has now.
+    pub fn device_changed(&self, device: Uuid) {
+        self.device_event(device, DeviceEvent::Changed);
     }
 
     /// Updates the processors publish for devices once records are applied.

@@ -162,6 +162,10 @@ impl Processor {
                     alarm_type,
                     event: *event,
                 },
+                super::DeviceEvent::Changed => {
+                    self.alarms.forget(device);
+                    continue;
+                }
             };
             self.alarms
                 .on_input(&self.tsdb, &self.attributes, device, input, now);
