@@ -369,15 +369,6 @@ impl Activity {
     pub fn value(&self, device: Uuid, key: &str) -> Option<Value> {
         self.devices.lock().get(&device).and_then(|s| s.value(key))
     }
-
-    /// How many devices the tracker holds (tests and metrics).
-    pub fn len(&self) -> usize {
-        self.devices.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// `active` changed: queues it for the device's processor, which evaluates the alarm rules that use it.

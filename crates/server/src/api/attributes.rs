@@ -57,10 +57,11 @@ pub fn routes() -> Router<AppState> {
             &format!("{base}/values/attributes/{{scope}}"),
             get(values_scope),
         )
-        .route(&format!("{base}/attributes/{{scope}}"), post(save_v2))
+        // v2 and v1 save paths take the same parameters.
+        .route(&format!("{base}/attributes/{{scope}}"), post(save_entity))
         .route(
             &format!("{base}/{{scope}}"),
-            post(save_v1).delete(delete_v1),
+            post(save_entity).delete(delete_v1),
         )
         // The device v1 paths `/{deviceId}/{scope}`; the router needs the same parameter names as the
         // routes above at the same depth, so here `entity_type` is the device id and `entity_id` the scope.
@@ -147,16 +148,7 @@ async fn delete(
     Ok(StatusCode::OK.into_response())
 }
 
-async fn save_v2(
-    State(state): State<AppState>,
-    user: CurrentUser,
-    Path((entity_type, entity_id, scope)): Path<(String, String, String)>,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    save(&state, &user, (&entity_type, &entity_id), &scope, &body).await
-}
-
-async fn save_v1(
+async fn save_entity(
     State(state): State<AppState>,
     user: CurrentUser,
     Path((entity_type, entity_id, scope)): Path<(String, String, String)>,

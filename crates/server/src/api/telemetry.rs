@@ -68,8 +68,8 @@ async fn delete_timeseries(
     for (name, value) in form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes()) {
         match name.as_ref() {
             "keys" | "key" => keys.extend(split_keys(&value).into_iter().map(String::from)),
-            "startTs" => start_ts = Some(parse_ts("startTs", &value)?),
-            "endTs" => end_ts = Some(parse_ts("endTs", &value)?),
+            "startTs" => start_ts = Some(parse_long("startTs", &value)?),
+            "endTs" => end_ts = Some(parse_long("endTs", &value)?),
             "deleteAllDataForKeys" => delete_all = flag(&value),
             "deleteLatest" => delete_latest = flag(&value),
             "rewriteLatestIfDeleted" => rewrite_latest = flag(&value),
@@ -102,13 +102,6 @@ async fn delete_timeseries(
     };
     state.ingest.write(device, &record).await?;
     Ok(StatusCode::OK.into_response())
-}
-
-fn parse_ts(name: &str, value: &str) -> Result<i64, ApiError> {
-    value
-        .trim()
-        .parse()
-        .map_err(|_| plain(format!("Invalid {name}: {value}")))
 }
 
 /// Checks that the caller may read or write the entity's telemetry; returns the device id.
@@ -167,12 +160,7 @@ fn parse_params(query: Option<&str>) -> Result<Params, ApiError> {
         order: Order::Desc,
         strict: false,
     };
-    let number = |name: &str, value: &str| -> Result<i64, ApiError> {
-        value
-            .trim()
-            .parse::<i64>()
-            .map_err(|_| plain(format!("Failed to convert value of type 'java.lang.String' to required type 'long' for parameter '{name}': \"{value}\"")))
-    };
+    let number = parse_long;
     for (name, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
         match name.as_ref() {
             "keys" | "key" => p
@@ -184,15 +172,8 @@ fn parse_params(query: Option<&str>) -> Result<Params, ApiError> {
             "intervalType" => p.interval_type = Some(value.into_owned()),
             "limit" => p.limit = number("limit", &value)?.max(0) as usize,
             "agg" => {
-                p.agg = match value.to_ascii_uppercase().as_str() {
-                    "NONE" => Agg::None,
-                    "AVG" => Agg::Avg,
-                    "MIN" => Agg::Min,
-                    "MAX" => Agg::Max,
-                    "SUM" => Agg::Sum,
-                    "COUNT" => Agg::Count,
-                    _ => return Err(plain(format!("No enum constant Aggregation.{value}"))),
-                }
+                p.agg = parse_agg(&value)
+                    .ok_or_else(|| plain(format!("No enum constant Aggregation.{value}")))?
             }
             "orderBy" => {
                 p.order = match value.to_ascii_uppercase().as_str() {
@@ -206,6 +187,26 @@ fn parse_params(query: Option<&str>) -> Result<Params, ApiError> {
         }
     }
     Ok(p)
+}
+
+/// A long query parameter, refused with Spring's message as ThingsBoard answers it.
+fn parse_long(name: &str, value: &str) -> Result<i64, ApiError> {
+    value.trim().parse::<i64>().map_err(|_| {
+        plain(format!("Failed to convert value of type 'java.lang.String' to required type 'long' for parameter '{name}': \"{value}\""))
+    })
+}
+
+/// ThingsBoard's aggregation names (any case).
+pub(crate) fn parse_agg(name: &str) -> Option<Agg> {
+    Some(match name.to_ascii_uppercase().as_str() {
+        "NONE" => Agg::None,
+        "AVG" => Agg::Avg,
+        "MIN" => Agg::Min,
+        "MAX" => Agg::Max,
+        "SUM" => Agg::Sum,
+        "COUNT" => Agg::Count,
+        _ => return None,
+    })
 }
 
 /// Renders a value: a string unless strict types were asked for.

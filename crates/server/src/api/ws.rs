@@ -30,7 +30,7 @@ use uuid::Uuid;
 use super::attributes::scope_attributes;
 use super::auth::CurrentUser;
 use super::error::ApiError;
-use super::telemetry::{device_of, CATCH_UP_TIMEOUT};
+use super::telemetry::{device_of, parse_agg, CATCH_UP_TIMEOUT};
 use crate::ingest::attributes::split_keys;
 use crate::ingest::events::{Interest, Subscriber, SubscriptionId, Update};
 use crate::AppState;
@@ -509,26 +509,13 @@ impl Session {
                 "startTs and endTs are required",
             );
         };
-        let agg = match cmd
-            .agg
-            .as_deref()
-            .unwrap_or("NONE")
-            .to_ascii_uppercase()
-            .as_str()
-        {
-            "NONE" => Agg::None,
-            "AVG" => Agg::Avg,
-            "MIN" => Agg::Min,
-            "MAX" => Agg::Max,
-            "SUM" => Agg::Sum,
-            "COUNT" => Agg::Count,
-            other => {
-                return error_message(
-                    cmd_id,
-                    error_code::BAD_REQUEST,
-                    &format!("Unsupported aggregation: {other}"),
-                )
-            }
+        let name = cmd.agg.as_deref().unwrap_or("NONE");
+        let Some(agg) = parse_agg(name) else {
+            return error_message(
+                cmd_id,
+                error_code::BAD_REQUEST,
+                &format!("Unsupported aggregation: {name}"),
+            );
         };
         let interval = cmd.interval.unwrap_or(0);
         if agg != Agg::None && interval < 1 {

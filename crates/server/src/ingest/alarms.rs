@@ -45,16 +45,11 @@ struct WithRules {
     state: DeviceState,
 }
 
-/// Counters bumped when device profiles change.
-#[derive(Default)]
-pub(super) struct Generations {
-    pub profiles: AtomicU64,
-}
-
 pub(super) struct AlarmRules {
     entities: Entities,
     activity: Arc<Activity>,
-    generations: Arc<Generations>,
+    /// Bumped when a device profile changes.
+    profiles_generation: Arc<AtomicU64>,
     seen_profiles: u64,
     profiles: HashMap<Uuid, Option<Arc<ProfileAlarms>>>,
     devices: HashMap<Uuid, Tracked>,
@@ -84,14 +79,14 @@ fn from_store(severity: AlarmSeverity) -> Severity {
 impl AlarmRules {
     pub fn new(
         entities: Entities,
-        generations: Arc<Generations>,
+        profiles_generation: Arc<AtomicU64>,
         activity: Arc<Activity>,
     ) -> AlarmRules {
         AlarmRules {
             entities,
             activity,
-            seen_profiles: generations.profiles.load(Ordering::Acquire),
-            generations,
+            seen_profiles: profiles_generation.load(Ordering::Acquire),
+            profiles_generation,
             profiles: HashMap::new(),
             devices: HashMap::new(),
             last_tick: 0,
@@ -191,7 +186,7 @@ impl AlarmRules {
 
     /// A profile changed: its rules are parsed again and every device's rule state starts over.
     fn follow_changes(&mut self) {
-        let profiles = self.generations.profiles.load(Ordering::Acquire);
+        let profiles = self.profiles_generation.load(Ordering::Acquire);
         if profiles != self.seen_profiles {
             self.seen_profiles = profiles;
             self.profiles.clear();

@@ -105,15 +105,7 @@ impl AttributeStore {
                     continue;
                 }
                 let ts: i64 = row.get(3)?;
-                let kind: i64 = row.get(4)?;
-                let value = match kind {
-                    0 => Value::Bool(row.get::<_, i64>(5)? != 0),
-                    1 => Value::Long(row.get(5)?),
-                    2 => Value::Double(row.get(5)?),
-                    3 => Value::Str(row.get(5)?),
-                    4 => Value::Json(row.get(5)?),
-                    other => return Err(AttributeError::Corrupt(other, key)),
-                };
+                let value = row_value(row, 4, &key)?;
                 state
                     .values
                     .entry((u128::from_be_bytes(entity), scope))
@@ -172,17 +164,6 @@ impl AttributeStore {
                 }
             }
         }
-    }
-
-    /// Every entity holding `key` in `scope`, with its value.
-    pub fn entities_with(&self, scope: AttributeScope, key: &str) -> Vec<(u128, Value)> {
-        let state = self.state.lock();
-        state
-            .values
-            .iter()
-            .filter(|((_, s), _)| *s == scope)
-            .filter_map(|((entity, _), map)| map.get(key).map(|(_, v)| (*entity, v.clone())))
-            .collect()
     }
 
     /// The attributes of an entity in one scope, all of them when `keys` is empty, sorted by key.
@@ -257,15 +238,7 @@ impl AttributeStore {
             let Ok(entity) = <[u8; 16]>::try_from(entity.as_slice()) else {
                 continue;
             };
-            let kind: i64 = row.get(2)?;
-            let value = match kind {
-                0 => Value::Bool(row.get::<_, i64>(3)? != 0),
-                1 => Value::Long(row.get(3)?),
-                2 => Value::Double(row.get(3)?),
-                3 => Value::Str(row.get(3)?),
-                4 => Value::Json(row.get(3)?),
-                other => return Err(AttributeError::Corrupt(other, key)),
-            };
+            let value = row_value(row, 2, &key)?;
             found.push((u128::from_be_bytes(entity), key, value));
         }
         Ok(found)
@@ -329,6 +302,23 @@ impl AttributeStore {
         }
         result
     }
+}
+
+/// The value of a row whose type code is in column `type_column` and its value in the next one.
+fn row_value(
+    row: &rusqlite::Row<'_>,
+    type_column: usize,
+    key: &str,
+) -> Result<Value, AttributeError> {
+    let value = type_column + 1;
+    Ok(match row.get::<_, i64>(type_column)? {
+        0 => Value::Bool(row.get::<_, i64>(value)? != 0),
+        1 => Value::Long(row.get(value)?),
+        2 => Value::Double(row.get(value)?),
+        3 => Value::Str(row.get(value)?),
+        4 => Value::Json(row.get(value)?),
+        other => return Err(AttributeError::Corrupt(other, key.to_owned())),
+    })
 }
 
 fn write_batch(db: &mut Connection, batch: &[Change]) -> Result<(), AttributeError> {

@@ -61,7 +61,7 @@ pub(crate) enum DeviceEvent {
 /// Device events waiting for a partition's processor. `pending` lets the processor check before every
 /// record, for the price of one atomic load, so an event is applied before any record appended after it.
 #[derive(Default)]
-pub(crate) struct ActivityQueue {
+pub(crate) struct DeviceEventQueue {
     pub pending: AtomicBool,
     pub events: Mutex<Vec<(Uuid, DeviceEvent)>>,
 }
@@ -79,10 +79,10 @@ pub struct Ingest {
     tsdb: Arc<Tsdb>,
     attributes: Arc<AttributeStore>,
     events: Arc<events::Events>,
-    /// Bumped when a device or profile changes, so processors re-read alarm rules.
-    generations: Arc<alarms::Generations>,
-    /// Per partition: devices whose `active` changed, for their processor's alarm rules.
-    activity_queues: Arc<Vec<ActivityQueue>>,
+    /// Bumped when a device profile changes, so processors re-read alarm rules.
+    profiles_generation: Arc<AtomicU64>,
+    /// Per partition: device events (activity, REST alarm changes, device saves) for its processor.
+    event_queues: Arc<Vec<DeviceEventQueue>>,
     progress: Arc<Vec<PartitionProgress>>,
     shutdown: Arc<AtomicBool>,
     processors: Mutex<Vec<std::thread::JoinHandle<()>>>,
@@ -133,9 +133,12 @@ impl Ingest {
         );
         let shutdown = Arc::new(AtomicBool::new(false));
         let events = Arc::new(events::Events::default());
-        let generations = Arc::new(alarms::Generations::default());
-        let activity_queues: Arc<Vec<ActivityQueue>> =
-            Arc::new((0..partitions).map(|_| ActivityQueue::default()).collect());
+        let profiles_generation = Arc::new(AtomicU64::new(0));
+        let event_queues: Arc<Vec<DeviceEventQueue>> = Arc::new(
+            (0..partitions)
+                .map(|_| DeviceEventQueue::default())
+                .collect(),
+        );
         let mut processors = Vec::new();
         for partition in 0..partitions {
             let worker = processor::Processor {
@@ -146,10 +149,10 @@ impl Ingest {
                 events: events.clone(),
                 alarms: alarms::AlarmRules::new(
                     entities.clone(),
-                    generations.clone(),
+                    profiles_generation.clone(),
                     activity.clone(),
                 ),
-                activity_queues: activity_queues.clone(),
+                event_queues: event_queues.clone(),
                 progress: progress.clone(),
                 shutdown: shutdown.clone(),
                 head_age_max: Duration::from_secs(config.tsdb.head_age_max_s),
@@ -168,8 +171,8 @@ impl Ingest {
             tsdb,
             attributes,
             events,
-            generations,
-            activity_queues,
+            profiles_generation,
+            event_queues,
             progress,
             shutdown,
             processors: Mutex::new(processors),
@@ -308,7 +311,7 @@ impl Ingest {
 
     fn device_event(&self, device: Uuid, event: DeviceEvent) {
         let partition = usize::from(self.partition_of(device));
-        if let Some(queue) = self.activity_queues.get(partition) {
+        if let Some(queue) = self.event_queues.get(partition) {
             queue.events.lock().push((device, event));
             queue.pending.store(true, Ordering::Release);
         }
@@ -317,7 +320,7 @@ impl Ingest {
     /// Tells the processors that a device profile changed: they parse alarm rules again, and every
     /// device's rule state starts over.
     pub fn profiles_changed(&self) {
-        self.generations.profiles.fetch_add(1, Ordering::AcqRel);
+        self.profiles_generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Tells the device's processor that the device was saved or deleted: its rule state starts over with

@@ -36,7 +36,7 @@ pub(super) struct Processor {
     pub attributes: Arc<AttributeStore>,
     pub events: Arc<Events>,
     pub alarms: AlarmRules,
-    pub activity_queues: Arc<Vec<super::ActivityQueue>>,
+    pub event_queues: Arc<Vec<super::DeviceEventQueue>>,
     pub progress: Arc<Vec<PartitionProgress>>,
     pub shutdown: Arc<AtomicBool>,
     /// Heads holding log records older than this are sealed, so the log behind them can be reclaimed.
@@ -89,7 +89,7 @@ impl Processor {
                 if applied.is_multiple_of(256) && applied > 0 {
                     now = now_ms();
                 }
-                if self.activity_queues[usize::from(partition)]
+                if self.event_queues[usize::from(partition)]
                     .pending
                     .load(Ordering::Acquire)
                 {
@@ -152,7 +152,7 @@ impl Processor {
 
     /// Feeds the queued device events (activity changes, REST alarm changes) to the alarm rules.
     fn device_events(&mut self, now: i64) {
-        let queue = &self.activity_queues[usize::from(self.partition)];
+        let queue = &self.event_queues[usize::from(self.partition)];
         queue.pending.store(false, Ordering::Release);
         let changes = std::mem::take(&mut *queue.events.lock());
         for (device, event) in changes {
