@@ -166,7 +166,7 @@ impl Alarm {
         AlarmStatus::of(self.cleared, self.acknowledged)
     }
 
-    fn active_entry(&self) -> ActiveAlarm {
+    pub(crate) fn active_entry(&self) -> ActiveAlarm {
         ActiveAlarm {
             id: self.id,
             severity: self.severity,

@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::*;
 use crate::alarm_query::{AlarmQuery, AlarmSearchStatus, AlarmStatusFilter};
-use crate::alarm_transition::{AlarmOutcome, AlarmRaise};
+use crate::alarm_transition::{AlarmOutcome, AlarmRaise, RuleWrite};
 use crate::{DeviceDraft, NewUser, PageQuery, NULL_UUID};
 
 pub(crate) const NOW: i64 = 1_700_000_000_000;
@@ -524,6 +524,103 @@ fn evaluator_transitions() {
         f.e.raise_alarm(&missing, NOW),
         Err(EntityError::NotFound(_))
     ));
+}
+
+#[test]
+fn rule_batch_writes_in_order_skips_what_is_gone_and_keeps_a_watermark() {
+    let f = setup();
+    let other = f.new_device("meter-2");
+    assert_eq!(f.e.rule_watermark(3).unwrap(), 0);
+    let raise = |device, severity, now| RuleWrite::Raise {
+        device_id: device,
+        alarm_type: "battery low".into(),
+        severity,
+        details: None,
+        data_ts: now - 5,
+        propagation: Propagation::default(),
+        now_ms: now,
+    };
+    let update = |device, severity, end_ts| RuleWrite::Update {
+        device_id: device,
+        alarm_type: "battery low".into(),
+        severity,
+        details: Some(json!({"data": end_ts})),
+        end_ts,
+    };
+    // Create then update in one batch: the update sees the create.
+    let done =
+        f.e.write_rule_batch(
+            3,
+            100,
+            &[
+                raise(f.device, AlarmSeverity::Major, NOW),
+                update(f.device, AlarmSeverity::Critical, NOW + 10),
+                update(other, AlarmSeverity::Major, NOW + 10),
+                raise(Uuid::new_v4(), AlarmSeverity::Major, NOW),
+            ],
+        )
+        .unwrap();
+    let outcomes: Vec<_> = done.iter().map(|w| w.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [AlarmOutcome::Created, AlarmOutcome::SeverityUpdated],
+        "the update of a device without an alarm and the raise of a missing device write nothing"
+    );
+    let active = f.e.active_alarm(f.device, "battery low").unwrap();
+    assert_eq!(active.severity, AlarmSeverity::Critical);
+    let stored = f.e.alarm(active.id).unwrap().unwrap();
+    assert_eq!((stored.start_ts, stored.end_ts), (NOW - 5, NOW + 10));
+    assert_eq!(stored.details, json!({"data": NOW + 10}));
+    assert!(f.e.active_alarm(other, "battery low").is_none());
+    assert_eq!(f.e.rule_watermark(3).unwrap(), 100);
+
+    // A user clears the alarm; a pending update written afterwards must not bring it back.
+    f.e.clear_alarm(f.tenant, active.id, None, NOW + 20)
+        .unwrap();
+    let done =
+        f.e.write_rule_batch(
+            3,
+            90,
+            &[update(f.device, AlarmSeverity::Critical, NOW + 30)],
+        )
+        .unwrap();
+    assert!(done.is_empty());
+    assert!(f.e.active_alarm(f.device, "battery low").is_none());
+    assert_eq!(
+        f.e.rule_watermark(3).unwrap(),
+        100,
+        "the watermark never moves back"
+    );
+
+    // Raise and clear in one batch leave no active alarm; other partitions have their own mark.
+    let clear = RuleWrite::Clear {
+        device_id: f.device,
+        alarm_type: "battery low".into(),
+        details: None,
+        clear_ts: NOW + 50,
+    };
+    let done =
+        f.e.write_rule_batch(
+            4,
+            7,
+            &[raise(f.device, AlarmSeverity::Minor, NOW + 40), clear],
+        )
+        .unwrap();
+    assert_eq!(done.len(), 2);
+    assert_eq!(done[1].outcome, AlarmOutcome::Cleared);
+    assert_eq!(done[0].alarm.id, done[1].alarm.id);
+    assert!(f.e.active_alarm(f.device, "battery low").is_none());
+    assert_eq!(
+        f.e.alarm(done[1].alarm.id).unwrap().unwrap().clear_ts,
+        NOW + 50
+    );
+    assert_eq!(
+        (
+            f.e.rule_watermark(3).unwrap(),
+            f.e.rule_watermark(4).unwrap()
+        ),
+        (100, 7)
+    );
 }
 
 #[test]

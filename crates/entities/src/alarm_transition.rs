@@ -7,10 +7,14 @@
 //! touches SQLite only to return the stored row, and an evaluator that checks
 //! [`Entities::active_alarm`] first need not call at all.
 
+use std::collections::HashMap;
+
+use rusqlite::OptionalExtension;
 use serde_json::Value;
 use uuid::Uuid;
 
 use crate::alarm::{self, Alarm, AlarmSeverity, Originator, Propagation};
+use crate::alarm_index::ActiveAlarm;
 use crate::{Entities, EntityError};
 
 /// What a transition did.
@@ -51,6 +55,60 @@ pub struct AlarmRaise<'a> {
     pub propagation: &'a Propagation,
 }
 
+/// One write of an alarm-rule evaluator's batch ([`Entities::write_rule_batch`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RuleWrite {
+    /// A create rule evaluated TRUE: as [`Entities::raise_alarm`].
+    Raise {
+        device_id: Uuid,
+        alarm_type: String,
+        severity: AlarmSeverity,
+        details: Option<Value>,
+        data_ts: i64,
+        propagation: Propagation,
+        now_ms: i64,
+    },
+    /// The active alarm keeps being raised: its details and `endTs` (and a higher severity) are written
+    /// only if it is still active. A user may have cleared it since the evaluation; that must not
+    /// create a new one.
+    Update {
+        device_id: Uuid,
+        alarm_type: String,
+        severity: AlarmSeverity,
+        details: Option<Value>,
+        end_ts: i64,
+    },
+    /// A clear rule evaluated TRUE: as [`Entities::clear_active_alarm`].
+    Clear {
+        device_id: Uuid,
+        alarm_type: String,
+        details: Option<Value>,
+        clear_ts: i64,
+    },
+}
+
+impl RuleWrite {
+    fn key(&self) -> (Uuid, &str) {
+        match self {
+            RuleWrite::Raise {
+                device_id,
+                alarm_type,
+                ..
+            }
+            | RuleWrite::Update {
+                device_id,
+                alarm_type,
+                ..
+            }
+            | RuleWrite::Clear {
+                device_id,
+                alarm_type,
+                ..
+            } => (*device_id, alarm_type),
+        }
+    }
+}
+
 impl Entities {
     /// Raises the alarm of a device's create rule at `now_ms`:
     /// - no active alarm of (device, type): creates one, `startTs = endTs = data_ts` → `Created`;
@@ -64,65 +122,12 @@ impl Entities {
         self.with_conn_and_alarms(|conn, index| {
             let active = index.read().get(raise.device_id, raise.alarm_type);
             let tx = conn.transaction()?;
-            let (alarm, outcome) = match active {
-                None => {
-                    let originator = Originator::device(raise.device_id);
-                    let (tenant_id, customer_id) = alarm::originator_owner(&tx, &originator)?;
-                    let ts = if raise.data_ts <= 0 || raise.data_ts > now_ms {
-                        now_ms
-                    } else {
-                        raise.data_ts
-                    };
-                    let created = Alarm {
-                        id: Uuid::new_v4(),
-                        created_time: now_ms,
-                        tenant_id,
-                        customer_id,
-                        alarm_type: raise.alarm_type.to_string(),
-                        originator,
-                        severity: raise.severity,
-                        acknowledged: false,
-                        cleared: false,
-                        assignee_id: None,
-                        start_ts: ts,
-                        end_ts: ts,
-                        ack_ts: 0,
-                        clear_ts: 0,
-                        assign_ts: 0,
-                        details: raise
-                            .details
-                            .clone()
-                            .unwrap_or_else(|| Value::Object(Default::default())),
-                        propagation: raise.propagation.clone(),
-                    };
-                    (created, AlarmOutcome::Created)
-                }
-                Some(current) => {
-                    let stored = stored_active(&tx, current.id)?;
-                    if current.severity.is_above(raise.severity) {
-                        return Ok(AlarmWrite {
-                            alarm: stored,
-                            outcome: AlarmOutcome::Unchanged,
-                        });
-                    }
-                    let outcome = if raise.severity == current.severity {
-                        AlarmOutcome::Updated
-                    } else {
-                        AlarmOutcome::SeverityUpdated
-                    };
-                    let updated = Alarm {
-                        severity: raise.severity,
-                        details: raise.details.clone().unwrap_or(stored.details.clone()),
-                        end_ts: now_ms.max(stored.start_ts),
-                        ..stored
-                    };
-                    (updated, outcome)
-                }
-            };
-            alarm::write(&tx, &alarm)?;
+            let write = raise_in(&tx, active, raise, now_ms)?;
             tx.commit()?;
-            alarm::reindex(&mut index.write(), &alarm);
-            Ok(AlarmWrite { alarm, outcome })
+            if write.outcome != AlarmOutcome::Unchanged {
+                alarm::reindex(&mut index.write(), &write.alarm);
+            }
+            Ok(write)
         })
     }
 
@@ -140,22 +145,218 @@ impl Entities {
                 return Ok(None);
             };
             let tx = conn.transaction()?;
-            let stored = stored_active(&tx, current.id)?;
-            let alarm = Alarm {
-                cleared: true,
-                clear_ts: now_ms,
-                details: details.unwrap_or(stored.details.clone()),
-                ..stored
-            };
-            alarm::write(&tx, &alarm)?;
+            let write = clear_in(&tx, current, details, now_ms)?;
             tx.commit()?;
-            alarm::reindex(&mut index.write(), &alarm);
-            Ok(Some(AlarmWrite {
-                alarm,
-                outcome: AlarmOutcome::Cleared,
-            }))
+            alarm::reindex(&mut index.write(), &write.alarm);
+            Ok(Some(write))
         })
     }
+
+    /// Writes an evaluator's transitions in one transaction, in order, and records that the records of
+    /// ingest `partition` below `next_offset` have had theirs written (the watermark only moves
+    /// forward). Each write sees the ones before it. A write whose device no longer exists, or an
+    /// update or clear of an alarm that is no longer active, writes nothing and returns nothing; the
+    /// others return what they did. The in-memory index follows the commit.
+    pub fn write_rule_batch(
+        &self,
+        partition: u16,
+        next_offset: u64,
+        writes: &[RuleWrite],
+    ) -> Result<Vec<AlarmWrite>, EntityError> {
+        self.with_conn_and_alarms(|conn, index| {
+            let tx = conn.transaction()?;
+            // (device, type) → active alarm after this batch's earlier writes.
+            let mut view: HashMap<(Uuid, &str), Option<ActiveAlarm>> = HashMap::new();
+            let mut done = Vec::with_capacity(writes.len());
+            for write in writes {
+                let key = write.key();
+                let current = match view.get(&key) {
+                    Some(current) => *current,
+                    None => index.read().get(key.0, key.1),
+                };
+                let result = match (write, current) {
+                    (
+                        RuleWrite::Raise {
+                            device_id,
+                            alarm_type,
+                            severity,
+                            details,
+                            data_ts,
+                            propagation,
+                            now_ms,
+                        },
+                        current,
+                    ) => raise_in(
+                        &tx,
+                        current,
+                        &AlarmRaise {
+                            device_id: *device_id,
+                            alarm_type,
+                            severity: *severity,
+                            details: details.clone(),
+                            data_ts: *data_ts,
+                            propagation,
+                        },
+                        *now_ms,
+                    ),
+                    (
+                        RuleWrite::Update {
+                            device_id,
+                            alarm_type,
+                            severity,
+                            details,
+                            end_ts,
+                        },
+                        Some(current),
+                    ) => raise_in(
+                        &tx,
+                        Some(current),
+                        &AlarmRaise {
+                            device_id: *device_id,
+                            alarm_type,
+                            severity: *severity,
+                            details: details.clone(),
+                            data_ts: *end_ts,
+                            propagation: &Propagation::default(),
+                        },
+                        *end_ts,
+                    ),
+                    (
+                        RuleWrite::Clear {
+                            details, clear_ts, ..
+                        },
+                        Some(current),
+                    ) => clear_in(&tx, current, details.clone(), *clear_ts),
+                    (RuleWrite::Update { .. } | RuleWrite::Clear { .. }, None) => continue,
+                };
+                match result {
+                    Ok(write) => {
+                        view.insert(
+                            key,
+                            (!write.alarm.cleared).then(|| write.alarm.active_entry()),
+                        );
+                        done.push(write);
+                    }
+                    // The device was deleted after its record was evaluated.
+                    Err(EntityError::NotFound(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            tx.execute(
+                "INSERT INTO rule_watermark (partition, next_offset) VALUES (?1, ?2)
+                 ON CONFLICT (partition) DO UPDATE
+                 SET next_offset = max(next_offset, excluded.next_offset)",
+                rusqlite::params![partition, next_offset as i64],
+            )?;
+            tx.commit()?;
+            let mut index = index.write();
+            for write in done.iter().filter(|w| w.outcome != AlarmOutcome::Unchanged) {
+                alarm::reindex(&mut index, &write.alarm);
+            }
+            Ok(done)
+        })
+    }
+
+    /// The watermark [`Entities::write_rule_batch`] keeps for an ingest partition: 0 if it never wrote.
+    pub fn rule_watermark(&self, partition: u16) -> Result<u64, EntityError> {
+        self.with_conn(|conn| {
+            let offset: Option<i64> = conn
+                .query_row(
+                    "SELECT next_offset FROM rule_watermark WHERE partition = ?1",
+                    [partition],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            Ok(offset.map_or(0, |o| o.max(0) as u64))
+        })
+    }
+}
+
+/// [`Entities::raise_alarm`] inside the caller's transaction, given the active alarm of its key.
+fn raise_in(
+    tx: &rusqlite::Transaction<'_>,
+    active: Option<ActiveAlarm>,
+    raise: &AlarmRaise,
+    now_ms: i64,
+) -> Result<AlarmWrite, EntityError> {
+    let (alarm, outcome) = match active {
+        None => {
+            let originator = Originator::device(raise.device_id);
+            let (tenant_id, customer_id) = alarm::originator_owner(tx, &originator)?;
+            let ts = if raise.data_ts <= 0 || raise.data_ts > now_ms {
+                now_ms
+            } else {
+                raise.data_ts
+            };
+            let created = Alarm {
+                id: Uuid::new_v4(),
+                created_time: now_ms,
+                tenant_id,
+                customer_id,
+                alarm_type: raise.alarm_type.to_string(),
+                originator,
+                severity: raise.severity,
+                acknowledged: false,
+                cleared: false,
+                assignee_id: None,
+                start_ts: ts,
+                end_ts: ts,
+                ack_ts: 0,
+                clear_ts: 0,
+                assign_ts: 0,
+                details: raise
+                    .details
+                    .clone()
+                    .unwrap_or_else(|| Value::Object(Default::default())),
+                propagation: raise.propagation.clone(),
+            };
+            (created, AlarmOutcome::Created)
+        }
+        Some(current) => {
+            let stored = stored_active(tx, current.id)?;
+            if current.severity.is_above(raise.severity) {
+                return Ok(AlarmWrite {
+                    alarm: stored,
+                    outcome: AlarmOutcome::Unchanged,
+                });
+            }
+            let outcome = if raise.severity == current.severity {
+                AlarmOutcome::Updated
+            } else {
+                AlarmOutcome::SeverityUpdated
+            };
+            let updated = Alarm {
+                severity: raise.severity,
+                details: raise.details.clone().unwrap_or(stored.details.clone()),
+                end_ts: now_ms.max(stored.start_ts),
+                ..stored
+            };
+            (updated, outcome)
+        }
+    };
+    alarm::write(tx, &alarm)?;
+    Ok(AlarmWrite { alarm, outcome })
+}
+
+/// [`Entities::clear_active_alarm`] inside the caller's transaction.
+fn clear_in(
+    tx: &rusqlite::Transaction<'_>,
+    current: ActiveAlarm,
+    details: Option<Value>,
+    now_ms: i64,
+) -> Result<AlarmWrite, EntityError> {
+    let stored = stored_active(tx, current.id)?;
+    let alarm = Alarm {
+        cleared: true,
+        clear_ts: now_ms,
+        details: details.unwrap_or(stored.details.clone()),
+        ..stored
+    };
+    alarm::write(tx, &alarm)?;
+    Ok(AlarmWrite {
+        alarm,
+        outcome: AlarmOutcome::Cleared,
+    })
 }
 
 /// The row of an alarm the index holds as active. Its absence, or a cleared row, means the index and

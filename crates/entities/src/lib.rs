@@ -53,7 +53,7 @@ pub use alarm::{
 };
 pub use alarm_index::ActiveAlarm;
 pub use alarm_query::{AlarmQuery, AlarmSearchStatus, AlarmStatusFilter};
-pub use alarm_transition::{AlarmOutcome, AlarmRaise, AlarmWrite};
+pub use alarm_transition::{AlarmOutcome, AlarmRaise, AlarmWrite, RuleWrite};
 pub use bootstrap::{BootstrapReport, BootstrapSpec, DemoDevice};
 pub use credentials::{CredentialsDraft, CredentialsType, DeviceCredentials};
 pub use dashboard::{Dashboard, DashboardDraft};

@@ -120,6 +120,13 @@ const MIGRATIONS: &[&str] = &[
     CREATE UNIQUE INDEX alarm_active ON alarm (originator_id, type) WHERE cleared = 0;
     CREATE INDEX alarm_originator_created ON alarm (originator_id, created_time);
     CREATE INDEX alarm_tenant_created ON alarm (tenant_id, created_time);",
+    // 3: how far each ingest partition's alarm-rule transitions are written: the next log offset whose
+    // record has not had its transitions committed. A replay after a crash evaluates records below it
+    // without writing again what they caused (and what a user may have cleared since).
+    "CREATE TABLE rule_watermark (
+        partition INTEGER PRIMARY KEY,
+        next_offset INTEGER NOT NULL
+    );",
 ];
 
 /// The schema version this binary writes.
@@ -171,6 +178,7 @@ mod tests {
                 "device",
                 "device_credentials",
                 "device_profile",
+                "rule_watermark",
                 "tb_user",
                 "tenant"
             ]

@@ -4,8 +4,14 @@
 //!
 //! Rule state lives with the processor of the device's partition, like the records it is built from: in
 //! memory, rebuilt by the replay after a restart (ThingsBoard does not persist it either unless told to).
-//! Alarms themselves are stored by the entity store as they change, so a replay that re-evaluates a
-//! record finds the alarm it raised and updates it instead of raising a second one.
+//!
+//! Transitions are written in batches, not one SQLite commit per message: they wait in `pending` (and
+//! the evaluator sees them through an overlay on the store's active alarms) until the batch is 100 ms
+//! old, the processor has caught up with the log, a device event arrives, or the log is checkpointed.
+//! Each batch is one transaction that also moves the partition's watermark, the log offset below which
+//! records have had their transitions written. A replay after a crash evaluates the records below the
+//! watermark again, to rebuild the rule state, but writes nothing they cause: an alarm a user cleared
+//! after it was raised is not raised again, and none is raised twice.
 //!
 //! Devices without alarm rules cost one map lookup per record. Profiles are parsed once and cached until a
 //! profile changes (a generation counter the REST handlers bump, `Ingest::profiles_changed`); a saved or
@@ -16,7 +22,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use fleetwire_entities::{AlarmSeverity, Entities, Propagation};
+use fleetwire_entities::{AlarmSeverity, Entities, EntityError, Propagation, RuleWrite};
 use fleetwire_model::record::AttributeScope;
 use fleetwire_model::Value;
 use fleetwire_rules::{
@@ -32,6 +38,9 @@ use crate::activity::Activity;
 /// How often DURATION rules are re-checked without new data (ThingsBoard: 60 s).
 pub const TICK_INTERVAL_MS: i64 = 60_000;
 
+/// The oldest a batch of transitions gets while the processor is busy.
+const BATCH_AGE_MAX_MS: i64 = 100;
+
 /// A device the processor has seen: a null pointer when its profile has no rules (most devices), the rule
 /// state behind a box otherwise.
 struct Tracked {
@@ -45,6 +54,9 @@ struct WithRules {
     state: DeviceState,
 }
 
+/// Of one device: alarm type → the active alarm its pending transitions leave (`None`: cleared).
+type PendingAlarms = Vec<(Arc<str>, Option<ActiveAlarm>)>;
+
 pub(super) struct AlarmRules {
     entities: Entities,
     activity: Arc<Activity>,
@@ -54,6 +66,19 @@ pub(super) struct AlarmRules {
     profiles: HashMap<Uuid, Option<Arc<ProfileAlarms>>>,
     devices: HashMap<Uuid, Tracked>,
     last_tick: i64,
+    partition: u16,
+    /// Transitions not yet written, in order.
+    pending: Vec<RuleWrite>,
+    /// When the oldest pending transition was made (wall clock, ms).
+    pending_since: i64,
+    /// What `pending` will make of the store's active alarms: device → (type, active alarm or none).
+    overlay: HashMap<Uuid, PendingAlarms>,
+    /// Records below this offset had their transitions written before a restart.
+    watermark: u64,
+    /// The log offset after the last applied record: the watermark the next batch writes.
+    position: u64,
+    /// The input being evaluated is a record below `watermark`: its transitions are not written again.
+    replayed: bool,
 }
 
 fn to_store(severity: Severity) -> AlarmSeverity {
@@ -78,6 +103,7 @@ fn from_store(severity: AlarmSeverity) -> Severity {
 
 impl AlarmRules {
     pub fn new(
+        partition: u16,
         entities: Entities,
         profiles_generation: Arc<AtomicU64>,
         activity: Arc<Activity>,
@@ -90,7 +116,61 @@ impl AlarmRules {
             profiles: HashMap::new(),
             devices: HashMap::new(),
             last_tick: 0,
+            partition,
+            pending: Vec::new(),
+            pending_since: 0,
+            overlay: HashMap::new(),
+            watermark: 0,
+            position: 0,
+            replayed: false,
         }
+    }
+
+    /// The processor (re)starts reading the log at `from`: writes what an earlier run left pending and
+    /// reads how far transitions were written before.
+    pub fn start(&mut self, from: u64) -> Result<(), EntityError> {
+        self.flush();
+        self.watermark = self.entities.rule_watermark(self.partition)?;
+        self.position = from;
+        self.replayed = false;
+        Ok(())
+    }
+
+    /// The next inputs come from the record at `offset`, followed by `next_offset`.
+    pub fn at_record(&mut self, offset: u64, next_offset: u64) {
+        self.replayed = offset < self.watermark;
+        self.position = next_offset;
+    }
+
+    /// The next inputs are not records (device events, the periodic tick): they are always written.
+    pub fn at_event(&mut self) {
+        self.replayed = false;
+    }
+
+    /// Writes the pending transitions if the oldest is [`BATCH_AGE_MAX_MS`] old.
+    pub fn flush_if_due(&mut self, now: i64) {
+        if !self.pending.is_empty() && now - self.pending_since >= BATCH_AGE_MAX_MS {
+            self.flush();
+        }
+    }
+
+    /// Writes the pending transitions in one transaction with the watermark. On failure they are lost
+    /// here but not for good: the watermark did not move, so a restart's replay makes them again.
+    pub fn flush(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let writes = std::mem::take(&mut self.pending);
+        self.overlay.clear();
+        if let Err(e) = self
+            .entities
+            .write_rule_batch(self.partition, self.position, &writes)
+        {
+            tracing::warn!(partition = self.partition, transitions = writes.len(), error = %e, "cannot write alarm transitions");
+        }
+        // Reuse the allocation.
+        self.pending = writes;
+        self.pending.clear();
     }
 
     /// The parsed alarm rules of a profile; a profile whose rules do not parse has none (and says so once).
@@ -175,12 +255,118 @@ impl AlarmRules {
             tenant: *tenant,
             entities: &self.entities,
             activity: &self.activity,
+            overlay: self.overlay.get(&device).map(Vec::as_slice),
             tsdb,
             attributes,
         };
         let transitions = evaluate(rules, state, &env, now, input);
+        if transitions.is_empty() || self.replayed {
+            return;
+        }
+        if self.pending.is_empty() {
+            self.pending_since = now;
+        }
         for transition in transitions {
-            apply(&self.entities, device, transition, now);
+            let (alarm_type, active) = self.queue(device, transition, now);
+            let types = self.overlay.entry(device).or_default();
+            match types.iter_mut().find(|(t, _)| *t == alarm_type) {
+                Some(entry) => entry.1 = active,
+                None => types.push((alarm_type, active)),
+            }
+        }
+    }
+
+    /// The active alarm of (device, type) once the pending transitions are written.
+    fn current(&self, device: Uuid, alarm_type: &str) -> Option<ActiveAlarm> {
+        if let Some((_, pending)) = self
+            .overlay
+            .get(&device)
+            .and_then(|types| types.iter().find(|(t, _)| &**t == alarm_type))
+        {
+            return *pending;
+        }
+        self.entities
+            .active_alarm(device, alarm_type)
+            .map(|a| ActiveAlarm {
+                severity: from_store(a.severity),
+                acknowledged: a.acknowledged,
+            })
+    }
+
+    /// Queues the write of one transition; returns its alarm type and the active alarm it leaves.
+    fn queue(
+        &mut self,
+        device: Uuid,
+        transition: Transition,
+        now: i64,
+    ) -> (Arc<str>, Option<ActiveAlarm>) {
+        match transition {
+            Transition::Create {
+                alarm_type,
+                severity,
+                start_ts,
+                details,
+                propagate,
+                propagate_to_owner,
+                propagate_to_tenant,
+                propagate_relation_types,
+            } => {
+                self.pending.push(RuleWrite::Raise {
+                    device_id: device,
+                    alarm_type: alarm_type.to_string(),
+                    severity: to_store(severity),
+                    details: Some(details),
+                    data_ts: start_ts,
+                    propagation: Propagation {
+                        propagate,
+                        to_owner: propagate_to_owner,
+                        to_tenant: propagate_to_tenant,
+                        relation_types: propagate_relation_types,
+                    },
+                    now_ms: now,
+                });
+                let active = ActiveAlarm {
+                    severity,
+                    acknowledged: false,
+                };
+                (alarm_type, Some(active))
+            }
+            Transition::Update {
+                alarm_type,
+                severity,
+                details,
+                end_ts,
+                ..
+            } => {
+                self.pending.push(RuleWrite::Update {
+                    device_id: device,
+                    alarm_type: alarm_type.to_string(),
+                    severity: to_store(severity),
+                    details,
+                    end_ts,
+                });
+                let acknowledged = self
+                    .current(device, &alarm_type)
+                    .is_some_and(|a| a.acknowledged);
+                let active = ActiveAlarm {
+                    severity,
+                    acknowledged,
+                };
+                (alarm_type, Some(active))
+            }
+            Transition::Clear {
+                alarm_type,
+                details,
+                clear_ts,
+            } => {
+                self.pending.push(RuleWrite::Clear {
+                    device_id: device,
+                    alarm_type: alarm_type.to_string(),
+                    details,
+                    clear_ts,
+                });
+                (alarm_type, None)
+            }
         }
     }
 
@@ -221,71 +407,6 @@ impl AlarmRules {
     }
 }
 
-/// Writes one transition to the alarm store.
-fn apply(entities: &Entities, device: Uuid, transition: Transition, now: i64) {
-    let result = match transition {
-        Transition::Create {
-            alarm_type,
-            severity,
-            start_ts,
-            details,
-            propagate,
-            propagate_to_owner,
-            propagate_to_tenant,
-            propagate_relation_types,
-        } => {
-            let propagation = Propagation {
-                propagate,
-                to_owner: propagate_to_owner,
-                to_tenant: propagate_to_tenant,
-                relation_types: propagate_relation_types,
-            };
-            entities
-                .raise_alarm(
-                    &fleetwire_entities::AlarmRaise {
-                        device_id: device,
-                        alarm_type: &alarm_type,
-                        severity: to_store(severity),
-                        details: Some(details),
-                        data_ts: start_ts,
-                        propagation: &propagation,
-                    },
-                    now,
-                )
-                .map(|_| ())
-        }
-        Transition::Update {
-            alarm_type,
-            severity,
-            details,
-            end_ts,
-            ..
-        } => entities
-            .raise_alarm(
-                &fleetwire_entities::AlarmRaise {
-                    device_id: device,
-                    alarm_type: &alarm_type,
-                    severity: to_store(severity),
-                    details,
-                    data_ts: end_ts,
-                    propagation: &Propagation::default(),
-                },
-                end_ts,
-            )
-            .map(|_| ()),
-        Transition::Clear {
-            alarm_type,
-            details,
-            clear_ts,
-        } => entities
-            .clear_active_alarm(device, &alarm_type, details, clear_ts)
-            .map(|_| ()),
-    };
-    if let Err(e) = result {
-        tracing::warn!(%device, error = %e, "cannot write an alarm transition");
-    }
-}
-
 /// What the evaluator reads: the device's fields, latest values and attributes, its tenant's attributes,
 /// and its active alarms.
 struct Env<'a> {
@@ -293,6 +414,8 @@ struct Env<'a> {
     tenant: Uuid,
     entities: &'a Entities,
     activity: &'a Activity,
+    /// Transitions of this device not yet written.
+    overlay: Option<&'a [(Arc<str>, Option<ActiveAlarm>)]>,
     tsdb: &'a Tsdb,
     attributes: &'a AttributeStore,
 }
@@ -341,6 +464,12 @@ impl Environment for Env<'_> {
     }
 
     fn current_alarm(&self, alarm_type: &str) -> Option<ActiveAlarm> {
+        if let Some((_, pending)) = self
+            .overlay
+            .and_then(|types| types.iter().find(|(t, _)| &**t == alarm_type))
+        {
+            return *pending;
+        }
         self.entities
             .active_alarm(self.device, alarm_type)
             .map(|a| ActiveAlarm {

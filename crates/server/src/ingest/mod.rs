@@ -37,6 +37,8 @@ pub enum IngestError {
     Tsdb(#[from] fleetwire_tsdb::Error),
     #[error("attribute store: {0}")]
     Attributes(#[from] attributes::AttributeError),
+    #[error("alarm store: {0}")]
+    Alarms(#[from] fleetwire_entities::EntityError),
     #[error("the ingest log refuses writes after a write or sync failure; restart the server")]
     Poisoned,
     #[error("record of {len_bytes} bytes is larger than the {max_bytes}-byte limit")]
@@ -148,6 +150,7 @@ impl Ingest {
                 attributes: attributes.clone(),
                 events: events.clone(),
                 alarms: alarms::AlarmRules::new(
+                    partition,
                     entities.clone(),
                     profiles_generation.clone(),
                     activity.clone(),

@@ -68,6 +68,7 @@ impl Processor {
         let log_partition = u32::from(partition);
         let start = self.log.checkpoint_of(log_partition)?;
         let mut reader = self.log.reader(log_partition, start)?;
+        self.alarms.start(start)?;
         let replay_started = Instant::now();
         let mut replayed = 0u64;
         let mut offset = start;
@@ -88,6 +89,7 @@ impl Processor {
             while let Some(entry) = reader.next_record()? {
                 if applied.is_multiple_of(256) && applied > 0 {
                     now = now_ms();
+                    self.alarms.flush_if_due(now);
                 }
                 if self.event_queues[usize::from(partition)]
                     .pending
@@ -95,6 +97,7 @@ impl Processor {
                 {
                     self.device_events(now);
                 }
+                self.alarms.at_record(entry.offset, entry.next_offset);
                 self.apply(entry.offset, entry.payload, now);
                 offset = entry.next_offset;
                 progress.applied.store(offset, Ordering::Release);
@@ -120,7 +123,11 @@ impl Processor {
             }
             let now = now_ms();
             self.device_events(now);
+            self.alarms.at_event();
             self.alarms.tick(&self.tsdb, &self.attributes, now);
+            // Caught up, or about to checkpoint: what the records caused is written before the log
+            // may be trimmed past them.
+            self.alarms.flush();
             let stopping = self.shutdown.load(Ordering::Acquire);
             if stopping || last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL {
                 let now = Instant::now();
@@ -155,6 +162,13 @@ impl Processor {
         let queue = &self.event_queues[usize::from(self.partition)];
         queue.pending.store(false, Ordering::Release);
         let changes = std::mem::take(&mut *queue.events.lock());
+        if changes.is_empty() {
+            return;
+        }
+        // A REST clear may have changed what pending transitions assumed: write them first, so the
+        // evaluator reads the store as it is.
+        self.alarms.flush();
+        self.alarms.at_event();
         for (device, event) in changes {
             let input = match &event {
                 super::DeviceEvent::Activity(active) => Input::Activity { active: *active },
