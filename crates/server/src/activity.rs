@@ -211,11 +211,14 @@ impl Activity {
         }
     }
 
-    /// A session closed at `now`; `last_uplink` is its latest uplink not reported yet, if any.
+    /// A session closed at `now`; `last_uplink` is its latest uplink not reported yet, if any. A device
+    /// the tracker does not know (deleted while connected, then forgotten) stays unknown.
     pub fn disconnected(&self, ingest: &Ingest, device: Uuid, now: i64, last_uplink: Option<i64>) {
         let became_active = {
             let mut devices = self.devices.lock();
-            let state = devices.entry(device).or_default();
+            let Some(state) = devices.get_mut(&device) else {
+                return;
+            };
             state.last_disconnect = now;
             state.dirty = true;
             last_uplink.is_some_and(|at| state.uplink(at)) && queue(ingest, device, true)
@@ -340,6 +343,11 @@ impl Activity {
             }
             written += chunk.len();
         }
+    }
+
+    /// Forgets a deleted device.
+    pub fn forget(&self, device: Uuid) {
+        self.devices.lock().remove(&device);
     }
 
     /// Whether the device is active now.

@@ -265,6 +265,8 @@ async fn delete_device(
     })
     .await?;
     state.ingest.device_changed(id);
+    state.activity.forget(id);
+    state.ingest.purge_device(id).await?;
     Ok(StatusCode::OK)
 }
 

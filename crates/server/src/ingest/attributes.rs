@@ -130,40 +130,33 @@ impl AttributeStore {
         }
     }
 
-    /// Deletes attribute keys of an entity in one scope; keys it does not hold are ignored. Returns the
-    /// keys that existed.
+    /// Deletes attribute keys of an entity in one scope. Every key asked is deleted from the database at
+    /// the next persist, also one only the database holds (rows written by [`AttributeStore::write_rows`]);
+    /// returns the keys that were in memory.
     pub fn delete(&self, entity: u128, scope: AttributeScope, keys: &[String]) -> Vec<String> {
         let mut state = self.state.lock();
         let State { values, dirty } = &mut *state;
-        let Some(map) = values.get_mut(&(entity, scope)) else {
-            return Vec::new();
-        };
         let mut removed = Vec::new();
-        for key in keys {
-            if map.remove(key).is_some() {
-                // A dirty key with no value is deleted from the database at the next persist.
-                dirty.insert((entity, scope, key.clone()));
-                removed.push(key.clone());
+        let map = values.get_mut(&(entity, scope));
+        let emptied = match map {
+            Some(map) => {
+                for key in keys {
+                    if map.remove(key).is_some() {
+                        removed.push(key.clone());
+                    }
+                }
+                map.is_empty()
             }
-        }
-        if map.is_empty() {
+            None => false,
+        };
+        if emptied {
             values.remove(&(entity, scope));
         }
-        removed
-    }
-
-    /// Forgets every attribute of an entity (a deleted device): memory now, the database at the next
-    /// persist.
-    pub fn delete_entity(&self, entity: u128) {
-        let mut state = self.state.lock();
-        let State { values, dirty } = &mut *state;
-        for scope in AttributeScope::ALL {
-            if let Some(map) = values.remove(&(entity, scope)) {
-                for key in map.into_keys() {
-                    dirty.insert((entity, scope, key));
-                }
-            }
+        for key in keys {
+            // A dirty key with no value is deleted from the database at the next persist.
+            dirty.insert((entity, scope, key.clone()));
         }
+        removed
     }
 
     /// The attributes of an entity in one scope, all of them when `keys` is empty, sorted by key.
@@ -434,7 +427,15 @@ mod tests {
                 &[kv("new", Value::Bool(true))],
             );
             store.delete(7, AttributeScope::Shared, &["new".into()]);
-            store.delete_entity(9);
+            store.delete(9, AttributeScope::Client, &["c".into()]);
+            // A row only the database holds goes too.
+            store
+                .write_rows(
+                    AttributeScope::Server,
+                    &[(9, "active", 3, Value::Bool(true))],
+                )
+                .unwrap();
+            store.delete(9, AttributeScope::Server, &["active".into()]);
             store.persist().unwrap();
         }
         let store = AttributeStore::open(&path).unwrap();
@@ -443,5 +444,6 @@ mod tests {
         assert_eq!(shared[0].key, "b");
         assert_eq!(store.get(7, AttributeScope::Server, &[]).len(), 1);
         assert!(store.get(9, AttributeScope::Client, &[]).is_empty());
+        assert!(store.get(9, AttributeScope::Server, &[]).is_empty());
     }
 }

@@ -288,6 +288,61 @@ impl Ingest {
         }
     }
 
+    /// Deletes what is stored for a device that was just deleted, as ThingsBoard's housekeeper does: every
+    /// time series (history and latest values) and every attribute, activity included. It goes through the
+    /// log, after everything appended for the device before, so a record still in flight cannot bring
+    /// anything back, and a crash replays it. Resolves once the deletes are durable.
+    pub async fn purge_device(&self, device: Uuid) -> Result<(), IngestError> {
+        /// Keys per delete record, so a device with very many keys stays within the record size limit.
+        const KEYS_PER_RECORD: usize = 1000;
+        self.caught_up(device, Duration::from_secs(5)).await;
+        let entity = device.as_u128();
+        let mut records = Vec::new();
+        for keys in self.tsdb.keys(entity).chunks(KEYS_PER_RECORD) {
+            records.push(Record::TelemetryDeleted {
+                entity,
+                keys: keys.to_vec(),
+                start_ts: i64::MIN,
+                end_ts: i64::MAX,
+                delete_latest: true,
+                rewrite_latest: false,
+            });
+        }
+        for scope in AttributeScope::ALL {
+            let mut keys: Vec<String> = self
+                .attributes
+                .get(entity, scope, &[])
+                .into_iter()
+                .map(|a| a.key)
+                .collect();
+            if scope == AttributeScope::Server {
+                // Persisted by the activity tracker straight to the database.
+                for key in crate::activity::KEYS {
+                    if !keys.iter().any(|k| k == key) {
+                        keys.push(key.to_string());
+                    }
+                }
+            }
+            for keys in keys.chunks(KEYS_PER_RECORD) {
+                records.push(Record::AttributesDeleted {
+                    entity,
+                    scope,
+                    ts: now_ms(),
+                    keys: keys.to_vec(),
+                });
+            }
+        }
+        let mut scratch = Vec::new();
+        let mut last = None;
+        for record in &records {
+            last = Some(self.append_record(device, record, &mut scratch)?);
+        }
+        match last {
+            Some(seq) => self.durable(seq).await,
+            None => Ok(()),
+        }
+    }
+
     pub fn tsdb(&self) -> &Tsdb {
         &self.tsdb
     }

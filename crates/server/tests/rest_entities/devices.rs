@@ -375,3 +375,96 @@ async fn other_tenants_entities_are_forbidden() {
     // The same name is free in the other tenant.
     app.create_device(&other_token, "mine").await;
 }
+
+#[tokio::test]
+async fn deleting_a_device_deletes_its_telemetry_and_attributes() {
+    use fleetwire_model::record::AttributeScope;
+    use fleetwire_tsdb::{Order, Query};
+    use std::time::Duration;
+
+    let app = app();
+    let token = app.login(TENANT).await;
+    let mut ids = Vec::new();
+    for name in ["doomed", "kept"] {
+        let device = app.create_device(&token, name).await;
+        let id = device["id"]["id"].as_str().unwrap().to_string();
+        let base = format!("/api/plugins/telemetry/DEVICE/{id}");
+        for (path, body) in [
+            (
+                "timeseries/ANY",
+                json!([{"ts": 1_000, "values": {"temperature": 20.5}},
+                       {"ts": 2_000, "values": {"temperature": 21.5, "humidity": 40}}]),
+            ),
+            ("attributes/SHARED_SCOPE", json!({"target": 3})),
+            ("attributes/SERVER_SCOPE", json!({"note": "basement"})),
+        ] {
+            let r = app
+                .send("POST", &format!("{base}/{path}"), Some(&token), Some(body))
+                .await;
+            assert_eq!(r.status, StatusCode::OK, "{path}: {}", r.body);
+        }
+        let uuid = uuid::Uuid::parse_str(&id).unwrap();
+        app.state
+            .activity
+            .http_request(&app.state.ingest, uuid, 3_000);
+        ids.push(uuid);
+    }
+    app.state
+        .activity
+        .persist(app.state.ingest.attributes())
+        .unwrap();
+    let [doomed, kept] = [ids[0], ids[1]];
+
+    let r = app
+        .send(
+            "DELETE",
+            &format!("/api/device/{doomed}"),
+            Some(&token),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+
+    let ingest = &app.state.ingest;
+    let points = |device: uuid::Uuid, key: &str| {
+        ingest
+            .tsdb()
+            .query(
+                device.as_u128(),
+                key,
+                &Query::raw(i64::MIN, i64::MAX, 100, Order::Asc),
+            )
+            .unwrap()
+            .len()
+    };
+    let attributes =
+        |device: uuid::Uuid, scope| ingest.attributes().get(device.as_u128(), scope, &[]);
+    // The deletes went through the log; wait until the processor applied them.
+    ingest.caught_up(doomed, Duration::from_secs(5)).await;
+    assert_eq!(
+        (points(doomed, "temperature"), points(doomed, "humidity")),
+        (0, 0)
+    );
+    assert!(ingest
+        .tsdb()
+        .latest(doomed.as_u128(), &[] as &[&str])
+        .is_empty());
+    for scope in AttributeScope::ALL {
+        assert!(attributes(doomed, scope).is_empty(), "{scope:?}");
+    }
+    assert!(!app.state.activity.is_active(doomed));
+    ingest.attributes().persist().unwrap();
+
+    // The other device keeps everything.
+    assert_eq!(
+        (points(kept, "temperature"), points(kept, "humidity")),
+        (2, 1)
+    );
+    assert_eq!(
+        ingest.tsdb().latest(kept.as_u128(), &[] as &[&str]).len(),
+        2
+    );
+    assert_eq!(attributes(kept, AttributeScope::Shared).len(), 1);
+    assert_eq!(attributes(kept, AttributeScope::Server).len(), 1);
+    assert!(app.state.activity.is_active(kept));
+}
