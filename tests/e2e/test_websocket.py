@@ -9,6 +9,8 @@ Authentication is by `?token=` or by an `authCmd` in the first message; a bad to
 from __future__ import annotations
 
 import json
+import socket
+import threading
 import time
 
 import pytest
@@ -114,8 +116,9 @@ def test_bad_requests_and_bad_tokens(server, device):
         ws.send(json.dumps({"cmds": [{"type": "TIMESERIES", "entityType": "DEVICE", "entityId": device.id,
                                       "cmdId": 1}]}))
         ws.settimeout(10)
-        with pytest.raises(websocket.WebSocketConnectionClosedException):
-            # The server closes the session (1008): no authCmd and no token.
+        # The server closes the session (1008): no authCmd and no token. Reading past the close frame finds the
+        # socket closed, or reset when the server's close raced the client's reply.
+        with pytest.raises((websocket.WebSocketConnectionClosedException, ConnectionResetError)):
             while True:
                 opcode, data = ws.recv_data(control_frame=True)
                 if opcode == websocket.ABNF.OPCODE_CLOSE:
@@ -137,3 +140,62 @@ def test_bad_requests_and_bad_tokens(server, device):
         assert receive(ws, 5)["errorMsg"] == "Invalid scope: NOPE"
     finally:
         ws.close()
+
+
+def test_a_client_that_does_not_read_is_dropped_and_nobody_else_notices(server, device):
+    """One WebSocket client subscribes and never reads (with a 4 KiB receive buffer, so TCP holds little for it);
+    another reads normally. 3,000 updates of 4 KB each, 12 MB, more than the server's socket send buffer (4 MB at
+    most here) and the session's queue (1,024 updates) hold: the slow session's queue fills and the server closes it
+    with 1008 instead of buffering the rest; the reading client gets every update."""
+    subscribe = {"cmds": [{"type": "TIMESERIES", "entityType": "DEVICE", "entityId": device.id,
+                           "keys": "n,blob", "scope": "LATEST_TELEMETRY", "cmdId": 1}]}
+    slow = websocket.create_connection(ws_url(server, "/api/ws", server.token), timeout=30,
+                                       sockopt=((socket.SOL_SOCKET, socket.SO_RCVBUF, 4096),))
+    slow.send(json.dumps(subscribe))
+    healthy = connect(server)
+    healthy.send(json.dumps(subscribe))
+    assert receive(healthy, 1)["data"] == {}
+    seen: set[int] = set()
+    done = threading.Event()
+
+    def read_all() -> None:
+        healthy.settimeout(30)
+        try:
+            while len(seen) < count:
+                message = json.loads(healthy.recv())
+                for _, value in message.get("data", {}).get("n", []):
+                    seen.add(int(value))
+        finally:
+            done.set()
+
+    count = 3000
+    reader = threading.Thread(target=read_all, daemon=True)
+    reader.start()
+    paho = PahoDevice(server.host, server.mqtt_port, device.token, max_inflight=100)
+    paho.connect()
+    try:
+        blob = "x" * 4000
+        infos = [paho.client.publish("v1/devices/me/telemetry", json.dumps({"n": n, "blob": blob}), qos=1)
+                 for n in range(count)]
+        for info in infos:
+            info.wait_for_publish(timeout=30)
+            assert info.is_published()
+    finally:
+        paho.close()
+    assert done.wait(30) and seen == set(range(count)), f"the reading client got {len(seen)} of {count} updates"
+
+    # The slow client now reads what TCP held for it, then the close frame.
+    slow.settimeout(30)
+    updates = 0
+    while True:
+        opcode, data = slow.recv_data(control_frame=True)
+        if opcode == websocket.ABNF.OPCODE_CLOSE:
+            code = int.from_bytes(data[:2], "big")
+            assert code == 1008, data
+            assert b"too slowly" in data[2:], data
+            break
+        if opcode == websocket.ABNF.OPCODE_TEXT:
+            updates += 1
+    assert updates < count // 2, f"the slow client got {updates} updates: the server buffered them"
+    slow.close()
+    healthy.close()
