@@ -8,6 +8,7 @@ use crate::config::Config;
 use crate::ingest::Ingest;
 use crate::mqtt::sessions::close_reason;
 use crate::mqtt::Sessions;
+use crate::rpc::Rpcs;
 use fleetwire_entities::{DeviceChange, Entities};
 
 /// Cheap to clone: one `Arc`.
@@ -26,6 +27,8 @@ pub struct Shared {
     pub sessions: Sessions,
     /// Device activity: `active`, `lastActivityTime` and the inactivity check.
     pub activity: Arc<Activity>,
+    /// Server-side RPC requests waiting for delivery or for their reply.
+    pub rpcs: Rpcs,
 }
 
 impl std::ops::Deref for AppState {
@@ -72,6 +75,7 @@ impl AppState {
             ingest,
             sessions: Sessions::default(),
             activity,
+            rpcs: Rpcs::default(),
         }));
         // A deleted device or changed credentials end the device's session (reference 1.1). The callback
         // holds a weak reference so the state can still be dropped.

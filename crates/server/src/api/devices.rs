@@ -266,6 +266,7 @@ async fn delete_device(
     .await?;
     state.ingest.device_changed(id);
     state.activity.forget(id);
+    state.rpcs.forget(id);
     state.ingest.purge_device(id).await?;
     Ok(StatusCode::OK)
 }

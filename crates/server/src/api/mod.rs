@@ -3,7 +3,8 @@
 //! - [`auth`]: login, refresh, current user, the [`auth::CurrentUser`] extractor; [`token`]: the JWTs.
 //! - [`devices`], [`credentials`], [`profiles`], [`dashboards`], [`alarms`]: one resource each, with its
 //!   JSON.
-//! - [`telemetry`]: telemetry and attribute endpoints (the lead's).
+//! - [`telemetry`], [`attributes`]: telemetry and attribute endpoints; [`ws`]: live subscriptions.
+//! - [`rpc`]: server-side RPC to devices.
 //! - [`error`]: [`error::ApiError`], ThingsBoard's error body; [`extract`]: extractors that fail with it.
 //! - [`page`], [`json`]: page parameters and results, entity ids.
 //!
@@ -21,6 +22,7 @@ pub mod extract;
 pub mod json;
 pub mod page;
 pub mod profiles;
+pub mod rpc;
 pub mod telemetry;
 pub mod token;
 pub mod ws;
@@ -49,6 +51,7 @@ pub fn router(state: AppState) -> Router {
         .merge(alarms::routes())
         .merge(telemetry::routes())
         .merge(attributes::routes())
+        .merge(rpc::routes())
         .merge(ws::routes())
         .merge(crate::ingest::http::routes())
         .fallback(not_found)

@@ -28,6 +28,72 @@ pub fn routes() -> Router<AppState> {
             post(post_attributes).get(get_attributes),
         )
         .route("/api/v1/{token}/attributes/updates", get(attribute_updates))
+        .route("/api/v1/{token}/rpc", get(rpc_poll))
+        .route("/api/v1/{token}/rpc/{id}", post(rpc_reply))
+}
+
+/// `GET /api/v1/{token}/rpc?timeout=ms`: waits for the device's next server-side RPC request and answers it
+/// with its id, `{"id":0,"method":…,"params":…}`; 408 when none came (reference 3).
+async fn rpc_poll(
+    State(state): State<AppState>,
+    Path(token): Path<String>,
+    Query(poll): Query<LongPoll>,
+) -> Response {
+    let device = match device(&state, &token) {
+        Ok(device) => device,
+        Err(refused) => return refused.into_response(),
+    };
+    let (sink, request) = crate::rpc::PollSink::new();
+    let sink_id = state.rpcs.attach(device.device_id, sink);
+    // Detaches however the request ends, also when the client goes away and axum drops this future.
+    let _detach = Detach {
+        state: &state,
+        device: device.device_id,
+        sink: sink_id,
+    };
+    match tokio::time::timeout(long_poll_wait(&poll), request).await {
+        Ok(Ok(request)) => Json(request.http_body()).into_response(),
+        _ => StatusCode::REQUEST_TIMEOUT.into_response(),
+    }
+}
+
+struct Detach<'a> {
+    state: &'a AppState,
+    device: uuid::Uuid,
+    sink: crate::rpc::SinkId,
+}
+
+impl Drop for Detach<'_> {
+    fn drop(&mut self) {
+        self.state.rpcs.detach(self.device, self.sink);
+    }
+}
+
+/// `POST /api/v1/{token}/rpc/{id}`: the device's reply to request `id`, handed to the waiting REST call.
+/// 200 also for a reply nobody waits for any more, as ThingsBoard answers.
+async fn rpc_reply(
+    State(state): State<AppState>,
+    Path((token, id)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let device = match device(&state, &token) {
+        Ok(device) => device,
+        Err(refused) => return refused.into_response(),
+    };
+    let Ok(id) = id.parse::<i32>() else {
+        return ApiError::bad_request(format!("Invalid RPC request id: {id}")).into_response();
+    };
+    state.rpcs.reply(device.device_id, id, body);
+    StatusCode::OK.into_response()
+}
+
+/// How long a long-poll waits: its `timeout`, capped; the default when it names none (or 0).
+fn long_poll_wait(poll: &LongPoll) -> std::time::Duration {
+    let ms = match poll.timeout {
+        None | Some(0) => LONG_POLL_MS_DEFAULT,
+        Some(ms) => ms.min(LONG_POLL_MS_MAX),
+    };
+    std::time::Duration::from_millis(ms)
 }
 
 /// The longest a long-poll may wait, whatever it asks for (ThingsBoard's hard cap).
@@ -51,17 +117,13 @@ async fn attribute_updates(
         Ok(device) => device,
         Err(refused) => return refused.into_response(),
     };
-    let wait_ms = match poll.timeout {
-        None | Some(0) => LONG_POLL_MS_DEFAULT,
-        Some(ms) => ms.min(LONG_POLL_MS_MAX),
-    };
     let (subscriber, update) = OneShot::new();
     // Deregisters however the request ends, also when the client goes away and axum drops this future.
     let _registration = state
         .ingest
         .events()
         .subscribe_scoped(device.device_id, subscriber);
-    let outcome = tokio::time::timeout(std::time::Duration::from_millis(wait_ms), update).await;
+    let outcome = tokio::time::timeout(long_poll_wait(&poll), update).await;
     match outcome {
         Ok(Ok(Update::SharedAttributes(body))) => (
             [(axum::http::header::CONTENT_TYPE, "application/json")],

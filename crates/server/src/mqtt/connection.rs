@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 use uuid::Uuid;
 
 use super::requests;
-use super::sessions::{CloseSignal, Outbox, SessionGuard};
+use super::sessions::{CloseSignal, Outbox, RpcOutbox, SessionGuard};
 use super::topics::{self, DeviceTopic};
 use crate::activity::coarse_now_ms;
 use crate::ingest::events::{SubscriptionId, Update};
@@ -80,6 +80,8 @@ struct Conn<'a> {
     signal: Arc<CloseSignal>,
     /// SHARED attribute updates for this device, while it subscribes to them (reference 1.7).
     attribute_updates: Option<(SubscriptionId, Arc<Outbox>)>,
+    /// Server-side RPC requests for this device, while it subscribes to them (reference 1.8).
+    rpc_requests: Option<Arc<RpcOutbox>>,
     /// When the device last sent anything, and when that was last written as activity (epoch ms).
     last_uplink_ms: i64,
     uplink_reported_ms: i64,
@@ -115,6 +117,7 @@ pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
         next_pkid: 1,
         signal: guard.signal.clone(),
         attribute_updates: None,
+        rpc_requests: None,
         // `connected` just wrote the session's first activity.
         last_uplink_ms: 0,
         uplink_reported_ms: now_ms(),
@@ -123,6 +126,7 @@ pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
     // so a DISCONNECT never follows a half-written packet.
     let end = conn.run(buf).await;
     conn.stop_attribute_updates();
+    conn.stop_rpc_requests();
     let unreported = (conn.last_uplink_ms > conn.uplink_reported_ms).then_some(conn.last_uplink_ms);
     state
         .activity
@@ -500,8 +504,17 @@ impl Conn<'_> {
                     None => Err(Refusal::Payload("malformed attribute request".into())),
                 }
             }
-            // Server-side RPC replies and claiming arrive with later issues; they are accepted meanwhile.
-            DeviceTopic::RpcResponse { .. } | DeviceTopic::Claim => Ok(()),
+            DeviceTopic::RpcResponse { id, .. } => {
+                // A reply nobody waits for (late, unknown id) is acknowledged and dropped, as in ThingsBoard.
+                if let Ok(id) = id.parse::<i32>() {
+                    self.state
+                        .rpcs
+                        .reply(self.device_id, id, publish.payload.clone());
+                }
+                Ok(())
+            }
+            // Claiming arrives with a later part of issue 5; it is accepted meanwhile.
+            DeviceTopic::Claim => Ok(()),
             DeviceTopic::Unknown => Err(Refusal::Topic),
         };
         match result {
@@ -604,8 +617,40 @@ impl Conn<'_> {
         }
     }
 
-    /// Publishes the SHARED attribute updates queued for this device on the topic it subscribed them with.
+    /// Publishes what was queued for this device: server-side RPC requests, SHARED attribute updates.
     fn publish_updates(&mut self) {
+        self.publish_rpc_requests();
+        self.publish_attribute_updates();
+    }
+
+    /// Publishes the queued RPC requests on `…/request/{id}` of the topic family it subscribed with.
+    fn publish_rpc_requests(&mut self) {
+        let Some(outbox) = &self.rpc_requests else {
+            return;
+        };
+        let requests = outbox.drain();
+        if requests.is_empty() {
+            return;
+        }
+        let Some(prefix) = self
+            .subscriptions
+            .iter()
+            .map(|(filter, _)| filter.as_str())
+            .find(|filter| topics::is_rpc_requests(filter))
+            .and_then(|filter| filter.strip_suffix('+'))
+            .map(str::to_owned)
+        else {
+            return;
+        };
+        for request in requests {
+            self.publish_to_device(format!("{prefix}{}", request.id), request.mqtt_body());
+        }
+        // The outbox has room again for what waits in the device's queue.
+        self.state.rpcs.retry(self.device_id);
+    }
+
+    /// Publishes the SHARED attribute updates queued for this device on the topic it subscribed them with.
+    fn publish_attribute_updates(&mut self) {
         let Some((_, outbox)) = &self.attribute_updates else {
             return;
         };
@@ -649,6 +694,33 @@ impl Conn<'_> {
         }
     }
 
+    /// Attaches this session to the device's server-side RPC requests once it subscribes to them (queued
+    /// requests come at once), and detaches it when it no longer subscribes to any request topic.
+    fn sync_rpc_requests(&mut self) {
+        let wanted = self
+            .subscriptions
+            .iter()
+            .any(|(filter, _)| topics::is_rpc_requests(filter));
+        match (wanted, self.rpc_requests.is_some()) {
+            (true, false) => {
+                let outbox = Arc::new(RpcOutbox::new(self.signal.clone()));
+                self.rpc_requests = Some(outbox.clone());
+                let sink = self.state.rpcs.attach(self.device_id, outbox.clone());
+                let _ = outbox.sink.set(sink);
+            }
+            (false, true) => self.stop_rpc_requests(),
+            _ => {}
+        }
+    }
+
+    fn stop_rpc_requests(&mut self) {
+        if let Some(outbox) = self.rpc_requests.take() {
+            if let Some(sink) = outbox.sink.get() {
+                self.state.rpcs.detach(self.device_id, *sink);
+            }
+        }
+    }
+
     fn stop_attribute_updates(&mut self) {
         if let Some((id, _)) = self.attribute_updates.take() {
             self.state.ingest.events().unsubscribe(self.device_id, id);
@@ -688,6 +760,7 @@ impl Conn<'_> {
             properties: Default::default(),
         }));
         self.sync_attribute_updates();
+        self.sync_rpc_requests();
     }
 
     fn unsubscribe(&mut self, unsubscribe: Unsubscribe) {
@@ -705,6 +778,7 @@ impl Conn<'_> {
             reasons.clear();
         }
         self.sync_attribute_updates();
+        self.sync_rpc_requests();
         self.send(Packet::UnsubAck(UnsubAck {
             pkid: unsubscribe.pkid,
             reasons,

@@ -11,6 +11,7 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use crate::ingest::events::{Interest, Subscriber, Update};
+use crate::rpc::{RpcRequest, RpcSink, SinkId};
 
 /// Why the server closes a session, as an MQTT 5 reason code (3.x connections are simply closed).
 pub mod close_reason {
@@ -102,6 +103,50 @@ impl Subscriber for Outbox {
         drop(queue);
         self.signal.wake();
         true
+    }
+}
+
+/// Most server-side RPC requests a session holds undelivered; more wait in the device's RPC queue until it
+/// has written these.
+pub const RPC_OUTBOX_MAX: usize = 64;
+
+/// Server-side RPC requests waiting to be published to one MQTT session, while it subscribes to them.
+pub struct RpcOutbox {
+    signal: Arc<CloseSignal>,
+    queue: Mutex<VecDeque<RpcRequest>>,
+    /// Its registration with [`crate::rpc::Rpcs`], set right after attaching.
+    pub sink: std::sync::OnceLock<SinkId>,
+}
+
+impl RpcOutbox {
+    pub fn new(signal: Arc<CloseSignal>) -> RpcOutbox {
+        RpcOutbox {
+            signal,
+            queue: Mutex::new(VecDeque::new()),
+            sink: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Takes everything queued.
+    pub fn drain(&self) -> VecDeque<RpcRequest> {
+        std::mem::take(&mut *self.queue.lock())
+    }
+}
+
+impl RpcSink for RpcOutbox {
+    fn deliver(&self, request: &RpcRequest) -> bool {
+        let mut queue = self.queue.lock();
+        if queue.len() >= RPC_OUTBOX_MAX {
+            return false;
+        }
+        queue.push_back(request.clone());
+        drop(queue);
+        self.signal.wake();
+        true
+    }
+
+    fn is_one_shot(&self) -> bool {
+        false
     }
 }
 

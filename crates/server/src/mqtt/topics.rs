@@ -87,6 +87,14 @@ pub fn is_attribute_updates(filter: &str) -> bool {
     matches!(filter, "v1/devices/me/attributes" | "v2/a" | "v2/a/j")
 }
 
+/// The subscriptions that receive server-side RPC requests (reference 1.8, 1.13).
+pub fn is_rpc_requests(filter: &str) -> bool {
+    matches!(
+        filter,
+        "v1/devices/me/rpc/request/+" | "v2/r/req/+" | "v2/r/req/j/+"
+    )
+}
+
 pub fn subscription_allowed(filter: &str, gateway: bool) -> bool {
     DEVICE_FILTERS.contains(&filter) || (gateway && GATEWAY_FILTERS.contains(&filter))
 }

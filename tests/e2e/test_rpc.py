@@ -1,0 +1,173 @@
+"""Issue 5, server-side RPC (reference 1.8, 3 and 4.7): REST calls through tb-rest-client and plain HTTP, delivered to
+a tb-mqtt-client device's RPC handler, to a paho device on the v2 topics, and to the HTTP device API's long-poll; the
+device's reply comes back as the REST answer. Requests for an offline device wait until they expire and are
+delivered when it subscribes; the v1 and v2 paths answer a device that does not take or answer a request with
+ThingsBoard's status codes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+import requests
+from tb_device_mqtt import TBDeviceMqttClient
+from tb_rest_client.models.device_id import DeviceId
+from tb_rest_client.rest_client import RestClient
+
+from harness import TENANT_PASSWORD, TENANT_USER, eventually
+from mqtt_device import PahoDevice
+
+
+@pytest.fixture
+def rest_client(server):
+    client = RestClient(base_url=server.base_url)
+    client.login(username=TENANT_USER, password=TENANT_PASSWORD)
+    yield client
+    client.stop()
+
+
+@pytest.fixture
+def tb_device(server, device):
+    """A tb-mqtt-client device whose RPC handler answers `{"echo": params, "method": …}` and records requests."""
+    client = TBDeviceMqttClient(server.host, port=server.mqtt_port, username=device.token)
+    client.requests = []
+
+    def handler(request_id, body):
+        client.requests.append((request_id, body))
+        if body.get("method") != "silent":
+            client.send_rpc_reply(request_id, {"echo": body.get("params"), "method": body.get("method")})
+
+    client.set_server_side_rpc_request_handler(handler)
+    client.connect()
+    # connect() returns before the SDK's SUBSCRIBEs are answered; its first request shows the session listens.
+    yield client
+    client.stop()
+    client.disconnect()
+
+
+def rpc(server, path: str, device_id: str, body, timeout_s: float = 20) -> requests.Response:
+    return server.rest("POST", f"/api/{path}/{device_id}", json=body, timeout=timeout_s)
+
+
+def wait_subscribed(server, device_id: str) -> None:
+    """Until the device's session takes one-way requests (its SUBSCRIBE was handled)."""
+    def ready():
+        resp = rpc(server, "rpc/oneway", device_id, {"method": "silent", "params": {}, "timeout": 5000})
+        assert resp.status_code == 200, resp.status_code
+    eventually(ready, timeout_s=15)
+
+
+def test_two_way_rpc_round_trip_with_thingsboard_clients(server, device, tb_device, rest_client):
+    wait_subscribed(server, device.id)
+    # tb-rest-client's names are crossed: `..._v1` posts to the v2 path /api/rpc/twoway, and the plain name to
+    # the v1 path /api/plugins/rpc/twoway.
+    reply = rest_client.handle_two_way_device_rpc_request_v1(
+        DeviceId(device.id, "DEVICE"), {"method": "setGpio", "params": {"pin": 23, "value": 1}})
+    assert reply == {"echo": {"pin": 23, "value": 1}, "method": "setGpio"}
+    reply = rest_client.handle_two_way_device_rpc_request(
+        DeviceId(device.id, "DEVICE"), {"method": "getValue", "params": "text"})
+    assert reply == {"echo": "text", "method": "getValue"}
+    # One-way: 200 once the session has it, no reply awaited.
+    resp = rpc(server, "rpc/oneway", device.id, {"method": "blink", "params": None})
+    assert resp.status_code == 200 and resp.content == b""
+    eventually(lambda: _assert_got(tb_device, "blink"))
+    # Ids count up per device, and the body has no id (it is in the topic).
+    ids = [int(request_id) for request_id, _ in tb_device.requests]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids), ids
+    assert all(set(body) == {"method", "params"} for _, body in tb_device.requests)
+
+
+def _assert_got(client, method: str) -> None:
+    assert any(body.get("method") == method for _, body in client.requests), client.requests
+
+
+def test_no_reply_and_offline_status_codes(server, device, tb_device):
+    wait_subscribed(server, device.id)
+    started = time.monotonic()
+    # Taken but never answered: 504 on v2, 408 on v1, after max(timeout, 5 s).
+    resp = rpc(server, "rpc/twoway", device.id, {"method": "silent", "params": {}, "timeout": 1000})
+    assert resp.status_code == 504
+    assert 4.5 < time.monotonic() - started < 8
+    resp = rpc(server, "plugins/rpc/twoway", device.id,
+               {"method": "silent", "params": {}, "expirationTime": int(time.time() * 1000) + 1000})
+    assert resp.status_code == 408
+
+    offline = server.create_device()
+    resp = rpc(server, "rpc/twoway", offline.id,
+               {"method": "m", "params": {}, "expirationTime": int(time.time() * 1000) + 500})
+    assert resp.status_code == 504
+    resp = rpc(server, "plugins/rpc/oneway", offline.id,
+               {"method": "m", "params": {}, "expirationTime": int(time.time() * 1000) + 500})
+    assert resp.status_code == 409
+
+    # Bad requests.
+    assert rpc(server, "rpc/twoway", device.id, {"params": {}}).status_code == 400
+    assert server.rest("POST", f"/api/rpc/twoway/{device.id}", data="nope").status_code == 400
+    resp = rpc(server, "rpc/twoway", "6a4b0a7e-0000-4000-8000-000000000000", {"method": "m"})
+    assert resp.status_code == 404
+
+
+def test_request_for_an_offline_device_is_delivered_when_it_subscribes(server, device):
+    """A two-way request to a device that is not connected waits; the device connects, subscribes on the v2 topic,
+    gets it on `v2/r/req/{id}` and answers on `v2/r/res/{id}`; the REST call returns the reply."""
+    result: dict = {}
+
+    def call():
+        result["resp"] = rpc(server, "rpc/twoway", device.id,
+                             {"method": "getTemp", "params": {"unit": "C"}, "timeout": 15000})
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    time.sleep(0.5)
+    paho = PahoDevice(server.host, server.mqtt_port, device.token, protocol="5")
+    paho.connect()
+    try:
+        assert paho.subscribe([("v2/r/req/+", 1)]) == [1]
+        message = eventually(lambda: _first(paho, "v2/r/req/"))
+        request_id = message.topic.rsplit("/", 1)[1]
+        assert json.loads(message.payload) == {"method": "getTemp", "params": {"unit": "C"}}
+        paho.publish_ok(f"v2/r/res/{request_id}", {"temperature": 21.5})
+        caller.join(20)
+        assert result["resp"].status_code == 200
+        assert result["resp"].json() == {"temperature": 21.5}
+        # A reply that is not JSON is refused with 406 (the device did answer).
+        caller = threading.Thread(target=lambda: result.update(
+            resp=rpc(server, "rpc/twoway", device.id, {"method": "raw", "params": {}})))
+        caller.start()
+        second = eventually(lambda: _first(paho, "v2/r/req/", skip=1))
+        paho.publish_ok(f"v2/r/res/{second.topic.rsplit('/', 1)[1]}", b"not json")
+        caller.join(20)
+        assert result["resp"].status_code == 406
+    finally:
+        paho.close()
+
+
+def _first(paho: PahoDevice, prefix: str, skip: int = 0):
+    with paho.lock:
+        matching = [m for m in paho.messages if m.topic.startswith(prefix)]
+    assert len(matching) > skip, [m.topic for m in paho.messages]
+    return matching[skip]
+
+
+def test_http_device_long_poll_and_reply(server, device):
+    base = f"{server.base_url}/api/v1/{device.token}"
+    # Nothing pending: 408 after the poll's timeout.
+    resp = requests.get(f"{base}/rpc", params={"timeout": 300}, timeout=10)
+    assert resp.status_code == 408
+    result: dict = {}
+    caller = threading.Thread(target=lambda: result.update(
+        resp=rpc(server, "rpc/twoway", device.id, {"method": "reboot", "params": {"delay": 5}})))
+    caller.start()
+    resp = requests.get(f"{base}/rpc", params={"timeout": 10000}, timeout=15)
+    assert resp.status_code == 200, resp.text
+    request = resp.json()
+    assert request["method"] == "reboot" and request["params"] == {"delay": 5} and isinstance(request["id"], int)
+    assert requests.post(f"{base}/rpc/{request['id']}", json={"rebooting": True}, timeout=10).status_code == 200
+    caller.join(20)
+    assert result["resp"].status_code == 200 and result["resp"].json() == {"rebooting": True}
+    # A reply nobody waits for is accepted and dropped; a bad token is 401.
+    assert requests.post(f"{base}/rpc/999", json={}, timeout=10).status_code == 200
+    assert requests.get(f"{server.base_url}/api/v1/NO_SUCH_TOKEN/rpc", timeout=10).status_code == 401
