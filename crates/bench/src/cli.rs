@@ -56,6 +56,28 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// REST two-way RPC round trip to one connected MQTT device that answers at once.
+    Rpc {
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        #[arg(long, default_value_t = 1883)]
+        mqtt_port: u16,
+        #[arg(long, default_value_t = 8080)]
+        http_port: u16,
+        #[arg(long, default_value = "tenant@thingsboard.org")]
+        username: String,
+        #[arg(long, default_value = "tenant")]
+        password: String,
+        /// The answering device (created if missing).
+        #[arg(long, default_value = "DWRPC0")]
+        device: String,
+        /// Timed calls (after 20 warm-up calls).
+        #[arg(long, default_value_t = 1000)]
+        runs: u32,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Flags of a load run; each overrides the scenario file's value.
@@ -237,6 +259,39 @@ pub async fn main(args: BenchArgs) -> Result<bool> {
                 println!(
                     "query: {} points, 1-minute {} over 1 day ({} buckets), {} runs: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
                     report.points, opts.agg, report.buckets, report.runs, report.p50_ms, report.p99_ms, report.max_ms
+                );
+            }
+            Ok(true)
+        }
+        Some(BenchCommand::Rpc {
+            host,
+            mqtt_port,
+            http_port,
+            username,
+            password,
+            device,
+            runs,
+            json,
+        }) => {
+            let report = crate::rpc::run(
+                socket_addr(&host, http_port)?,
+                socket_addr(&host, mqtt_port)?,
+                &username,
+                &password,
+                &device,
+                runs,
+            )
+            .await?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report)
+                        .map_err(|e| Error::json("printing the report", e))?
+                );
+            } else {
+                println!(
+                    "rpc: {} two-way round trips: p50 {:.2} ms, p95 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+                    report.runs, report.p50_ms, report.p95_ms, report.p99_ms, report.max_ms
                 );
             }
             Ok(true)

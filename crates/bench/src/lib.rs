@@ -16,6 +16,7 @@ pub mod payload;
 pub mod query;
 pub mod report;
 pub mod rest;
+pub mod rpc;
 pub mod run;
 pub mod scenario;
 pub mod stats;

@@ -264,7 +264,7 @@ fn count_buckets(body: &[u8]) -> std::result::Result<u64, serde_json::Error> {
 }
 
 /// Nearest-rank percentile of sorted values.
-fn percentile(sorted: &[f64], q: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -360,7 +360,7 @@ pub async fn publish_all(mqtt_addr: SocketAddr, token: &str, payloads: Vec<Bytes
     Ok(())
 }
 
-async fn send(
+pub(crate) async fn send(
     stream: &mut TcpStream,
     out: &mut BytesMut,
     packet: &Packet,
@@ -379,7 +379,7 @@ async fn send(
 }
 
 /// The next packet from the server; closing the connection or staying silent for 30 s is an error.
-async fn next_packet(
+pub(crate) async fn next_packet(
     stream: &mut TcpStream,
     buf: &mut BytesMut,
     protocol: Protocol,

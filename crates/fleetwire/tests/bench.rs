@@ -1,5 +1,6 @@
 //! End-to-end tests of `fleetwire bench` against a spawned server: a short run verifies that every
-//! acknowledged point is stored, in one process and split over worker processes, over MQTT and HTTP.
+//! acknowledged point is stored, in one process and split over worker processes, over MQTT and HTTP; and
+//! the RPC round-trip benchmark completes.
 //! No timing assertions: throughput is measured by benchmarks, not tests.
 
 mod common;
@@ -146,4 +147,25 @@ fn unknown_devices_are_refused_and_the_run_fails() {
         report["refusals"]["0x05"], 20,
         "MQTT 3.1.1 CONNACK 5: {report}"
     );
+}
+
+#[test]
+fn the_rpc_benchmark_round_trips_through_a_connected_device() {
+    let server = Server::start();
+    let output = Command::new(env!("CARGO_BIN_EXE_fleetwire"))
+        .args(["bench", "rpc", "--json", "--runs", "50"])
+        .args(["--mqtt-port", &server.mqtt_port.to_string()])
+        .args(["--http-port", &server.http_port.to_string()])
+        .output()
+        .expect("run fleetwire bench rpc");
+    assert!(
+        output.status.success(),
+        "{}\nserver log: {}",
+        String::from_utf8_lossy(&output.stderr),
+        server.log_tail()
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).expect("a JSON report");
+    // Every call was answered with the device's echo (the bench checks each body); no timing asserted.
+    assert_eq!(report["runs"], 50, "{report}");
+    assert!(report["p50_ms"].as_f64().unwrap() > 0.0, "{report}");
 }
