@@ -171,3 +171,64 @@ def test_http_device_long_poll_and_reply(server, device):
     # A reply nobody waits for is accepted and dropped; a bad token is 401.
     assert requests.post(f"{base}/rpc/999", json={}, timeout=10).status_code == 200
     assert requests.get(f"{server.base_url}/api/v1/NO_SUCH_TOKEN/rpc", timeout=10).status_code == 401
+
+
+def test_persistent_rpc_survives_kill_9_and_records_its_status(fresh_server):
+    """A persistent two-way request to an offline device is stored (QUEUED) and answered with its id at once; after
+    kill -9 and a restart it is still queued, is delivered when the device connects with tb-mqtt-client, and ends
+    SUCCESSFUL with the device's reply. One to a device that never connects ends EXPIRED; a delete removes one."""
+    server = fresh_server
+    device = server.create_device()
+    body = {"method": "setGpio", "params": {"pin": 7}, "persistent": True, "timeout": 60000,
+            "additionalInfo": {"note": "e2e"}}
+    resp = rpc(server, "rpc/twoway", device.id, body)
+    assert resp.status_code == 200, resp.text
+    rpc_id = resp.json()["rpcId"]
+    stored = server.rest("GET", f"/api/rpc/persistent/{rpc_id}").json()
+    assert stored["status"] == "QUEUED" and stored["deviceId"] == {"entityType": "DEVICE", "id": device.id}
+    assert stored["request"]["body"] == {"method": "setGpio", "params": '{"pin":7}'}
+    assert stored["additionalInfo"] == {"note": "e2e"}
+
+    server.kill9()
+    server.restart()
+    server.login()
+    client = TBDeviceMqttClient(server.host, port=server.mqtt_port, username=device.token)
+    client.set_server_side_rpc_request_handler(
+        lambda request_id, request: client.send_rpc_reply(request_id, {"done": request["params"]}))
+    client.connect()
+    try:
+        def successful():
+            got = server.rest("GET", f"/api/rpc/persistent/{rpc_id}").json()
+            assert got["status"] == "SUCCESSFUL", got
+            return got
+        done = eventually(successful, timeout_s=15)
+        assert done["response"] == {"done": {"pin": 7}}
+    finally:
+        client.stop()
+        client.disconnect()
+
+    # Read through tb-rest-client's model too.
+    rest_client = RestClient(base_url=server.base_url)
+    rest_client.login(username=TENANT_USER, password=TENANT_PASSWORD)
+    try:
+        from tb_rest_client.models.rpc_id import RpcId
+        persisted = rest_client.get_persisted_rpc(RpcId(rpc_id, "RPC"))
+        assert persisted.status == "SUCCESSFUL"
+    finally:
+        rest_client.stop()
+
+    offline = server.create_device()
+    expiring = rpc(server, "rpc/oneway", offline.id,
+                   {"method": "m", "params": {}, "persistent": True,
+                    "expirationTime": int(time.time() * 1000) + 1000}).json()["rpcId"]
+    eventually(lambda: _assert_status(server, expiring, "EXPIRED"), timeout_s=10)
+    page = server.rest("GET", f"/api/rpc/persistent/device/{offline.id}",
+                       params={"pageSize": 10, "page": 0, "rpcStatus": "EXPIRED"}).json()
+    assert [r["id"]["id"] for r in page["data"]] == [expiring] and page["totalElements"] == 1
+    assert server.rest("DELETE", f"/api/rpc/persistent/{expiring}").status_code == 200
+    assert server.rest("GET", f"/api/rpc/persistent/{expiring}").status_code == 404
+
+
+def _assert_status(server, rpc_id: str, status: str) -> None:
+    got = server.rest("GET", f"/api/rpc/persistent/{rpc_id}").json()
+    assert got["status"] == status, got

@@ -324,7 +324,8 @@ impl Entities {
         })
     }
 
-    /// Deletes a device, its credentials and its alarms, then tells the change listeners.
+    /// Deletes a device, its credentials, alarms and persistent RPC requests, then tells the change
+    /// listeners.
     pub fn delete_device(&self, tenant_id: Uuid, device_id: Uuid) -> Result<(), EntityError> {
         self.with_conn_and_cache(|conn, cache| {
             let tx = conn.transaction()?;
@@ -333,6 +334,10 @@ impl Entities {
             // alarm table has no foreign key because an originator need not be a device.
             tx.execute(
                 "DELETE FROM alarm WHERE originator_type = 'DEVICE' AND originator_id = ?1",
+                [device_id.to_string()],
+            )?;
+            tx.execute(
+                "DELETE FROM rpc WHERE device_id = ?1",
                 [device_id.to_string()],
             )?;
             tx.execute("DELETE FROM device WHERE id = ?1", [device_id.to_string()])?;

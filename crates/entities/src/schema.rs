@@ -127,6 +127,22 @@ const MIGRATIONS: &[&str] = &[
         partition INTEGER PRIMARY KEY,
         next_offset INTEGER NOT NULL
     );",
+    // 4: persistent server-side RPC requests.
+    "CREATE TABLE rpc (
+        id TEXT PRIMARY KEY,
+        created_time INTEGER NOT NULL,
+        tenant_id TEXT NOT NULL,
+        device_id TEXT NOT NULL,
+        expiration_time INTEGER NOT NULL,
+        oneway INTEGER NOT NULL,
+        method TEXT NOT NULL,
+        params TEXT NOT NULL,
+        response TEXT,
+        status TEXT NOT NULL,
+        additional_info TEXT
+    );
+    CREATE INDEX rpc_device_created ON rpc (device_id, created_time);
+    CREATE INDEX rpc_unfinished ON rpc (status) WHERE status IN ('QUEUED', 'SENT', 'DELIVERED');",
 ];
 
 /// The schema version this binary writes.
@@ -178,6 +194,7 @@ mod tests {
                 "device",
                 "device_credentials",
                 "device_profile",
+                "rpc",
                 "rule_watermark",
                 "tb_user",
                 "tenant"

@@ -135,6 +135,8 @@ pub enum SubmitError {
 pub struct Rpcs {
     devices: Mutex<HashMap<Uuid, DeviceRpc>>,
     next_sink: std::sync::atomic::AtomicU64,
+    /// The tasks following persistent requests, by request id, so a delete stops them.
+    persistent: Mutex<HashMap<Uuid, tokio::task::AbortHandle>>,
 }
 
 /// A submitted request: its id, and the events of its delivery and reply.
@@ -236,6 +238,23 @@ impl Rpcs {
     /// The device was deleted: its callers hear nothing more (their channels close) and its state goes.
     pub fn forget(&self, device: Uuid) {
         self.devices.lock().remove(&device);
+    }
+
+    /// Remembers the task following persistent request `rpc_id`.
+    pub fn track(&self, rpc_id: Uuid, task: tokio::task::AbortHandle) {
+        self.persistent.lock().insert(rpc_id, task);
+    }
+
+    /// The task following `rpc_id` ended.
+    pub fn untrack(&self, rpc_id: Uuid) {
+        self.persistent.lock().remove(&rpc_id);
+    }
+
+    /// Stops following persistent request `rpc_id` (it was deleted).
+    pub fn cancel(&self, rpc_id: Uuid) {
+        if let Some(task) = self.persistent.lock().remove(&rpc_id) {
+            task.abort();
+        }
     }
 
     /// Devices with any RPC state (tests).

@@ -91,6 +91,11 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     tokio::spawn(crate::activity::run_coarse_clock());
     tokio::spawn(crate::activity::run_checks(state.clone()));
     tokio::spawn(crate::mqtt::run(state.clone(), mqtt));
+    match crate::api::rpc_persistent::resume(&state).await {
+        Ok(0) => {}
+        Ok(resumed) => tracing::info!(resumed, "resumed persistent RPC requests"),
+        Err(e) => tracing::warn!(error = %e, "cannot resume persistent RPC requests"),
+    }
     let app = crate::api::router(state.clone());
     axum::serve(http, app)
         .with_graceful_shutdown(shutdown_signal())

@@ -23,6 +23,7 @@ pub mod json;
 pub mod page;
 pub mod profiles;
 pub mod rpc;
+pub mod rpc_persistent;
 pub mod telemetry;
 pub mod token;
 pub mod ws;
@@ -52,6 +53,7 @@ pub fn router(state: AppState) -> Router {
         .merge(telemetry::routes())
         .merge(attributes::routes())
         .merge(rpc::routes())
+        .merge(rpc_persistent::routes())
         .merge(ws::routes())
         .merge(crate::ingest::http::routes())
         .fallback(not_found)

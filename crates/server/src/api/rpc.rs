@@ -4,7 +4,8 @@
 //! The call waits until the request is delivered (one-way) or answered (two-way), at most until it expires:
 //! `expirationTime`, else now + max(`timeout`, 5 s), `timeout` defaulting to 10 s. Status codes are
 //! ThingsBoard's: 504 when the device did not take or answer it in time on the v2 paths; 409 (not taken)
-//! and 408 (taken, no answer) on the v1 paths.
+//! and 408 (taken, no answer) on the v1 paths. A persistent request is stored and answered at once with its
+//! id (`rpc_persistent`).
 
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::Router;
+use axum::{Json, Router};
 use serde_json::Value as JsonValue;
 use uuid::Uuid;
 
@@ -107,11 +108,13 @@ impl Kind {
 }
 
 /// The request body: `{"method":…,"params":…,"timeout":…,"expirationTime":…,"persistent":…}`.
-struct Request {
-    method: String,
-    params: JsonValue,
+pub(super) struct Request {
+    pub(super) method: String,
+    pub(super) params: JsonValue,
     /// Epoch ms after which the request is dropped.
-    expires_ms: i64,
+    pub(super) expires_ms: i64,
+    persistent: bool,
+    pub(super) additional_info: Option<JsonValue>,
 }
 
 fn parse(body: &[u8], now: i64) -> Result<Request, ApiError> {
@@ -126,11 +129,7 @@ fn parse(body: &[u8], now: i64) -> Result<Request, ApiError> {
         Some(JsonValue::String(method)) if !method.is_empty() => method,
         _ => return Err(ApiError::bad_request("RPC method is required")),
     };
-    if fields.get("persistent").and_then(JsonValue::as_bool) == Some(true) {
-        return Err(ApiError::bad_request(
-            "Persistent RPC is not supported yet; send the request without \"persistent\": true",
-        ));
-    }
+    let persistent = fields.get("persistent").and_then(JsonValue::as_bool) == Some(true);
     let number = |name: &str| -> Result<Option<i64>, ApiError> {
         match fields.get(name) {
             None | Some(JsonValue::Null) => Ok(None),
@@ -148,6 +147,8 @@ fn parse(body: &[u8], now: i64) -> Result<Request, ApiError> {
         method,
         params: fields.remove("params").unwrap_or(JsonValue::Null),
         expires_ms,
+        persistent,
+        additional_info: fields.remove("additionalInfo").filter(|v| !v.is_null()),
     })
 }
 
@@ -174,6 +175,12 @@ async fn call(
     let device = device_of(state, user, "DEVICE", device_id).await?;
     let now = now_ms();
     let request = parse(body, now)?;
+    if request.persistent {
+        let tenant_id = user.tenant_admin()?;
+        let body =
+            super::rpc_persistent::submit(state, tenant_id, device, request, kind.oneway).await?;
+        return Ok(Json(body).into_response());
+    }
     let wait = Duration::from_millis(u64::try_from(request.expires_ms - now).unwrap_or(0));
     let mut submitted = state
         .rpcs
@@ -243,7 +250,6 @@ mod tests {
             br#"{"method":""}"#,
             br#"[1]"#,
             br#"{"method":"m","timeout":"soon"}"#,
-            br#"{"method":"m","persistent":true}"#,
             b"not json",
         ] {
             assert_eq!(
