@@ -3,16 +3,16 @@
 //!
 //! The alarm-rule evaluator asks "what is the current alarm of (device, type)" for every message it
 //! evaluates, on the processor threads; a SQLite read there would put the connection lock on the ingest
-//! path. The index is loaded when the store opens and changed by every alarm write after its commit,
-//! under the connection lock, so it always equals `SELECT … FROM alarm WHERE cleared = 0`. A reader
-//! takes only the index's read lock.
+//! path. The index is loaded when the store opens and changed by every alarm write after its commit
+//! ([`reindex`]), under the connection lock, so it always equals `SELECT … FROM alarm WHERE cleared = 0`.
+//! A reader takes only the index's read lock.
 
 use std::collections::HashMap;
 
 use rusqlite::Connection;
 use uuid::Uuid;
 
-use crate::alarm::AlarmSeverity;
+use crate::alarm::{Alarm, AlarmSeverity};
 use crate::{Entities, EntityError};
 
 /// What the evaluator needs to know of an originator's current alarm of one type.
@@ -35,9 +35,9 @@ impl ActiveAlarms {
         let mut index = ActiveAlarms::default();
         let mut stmt = conn.prepare(&format!(
             "SELECT {} FROM alarm a WHERE a.cleared = 0",
-            crate::alarm::COLUMNS
+            crate::alarm_row::COLUMNS
         ))?;
-        let rows = stmt.query_map([], crate::alarm::from_row)?;
+        let rows = stmt.query_map([], crate::alarm_row::from_row)?;
         for alarm in rows {
             let alarm = alarm?;
             let entry = ActiveAlarm {
@@ -111,6 +111,15 @@ impl ActiveAlarms {
     }
 }
 
+/// Brings the index in line with a committed alarm: active alarms are in it, cleared ones are not.
+pub(crate) fn reindex(index: &mut ActiveAlarms, alarm: &Alarm) {
+    if alarm.cleared {
+        index.remove(alarm.originator.id, &alarm.alarm_type, alarm.id);
+    } else {
+        index.put(alarm.originator.id, &alarm.alarm_type, alarm.active_entry());
+    }
+}
+
 impl Entities {
     /// The active (uncleared) alarm of `originator` and `alarm_type`, from memory: no SQLite, only a
     /// read lock. This is the evaluator's "current alarm" (reference 5.2 point 6).
@@ -123,3 +132,7 @@ impl Entities {
         self.alarm_index().read().len()
     }
 }
+
+#[cfg(test)]
+#[path = "alarm_index_tests.rs"]
+mod tests;

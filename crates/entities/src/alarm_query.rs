@@ -6,7 +6,8 @@ use rusqlite::params_from_iter;
 use rusqlite::types::Value as SqlValue;
 use uuid::Uuid;
 
-use crate::alarm::{self, AlarmInfo, AlarmSeverity, AlarmStatus, Originator};
+use crate::alarm::{AlarmInfo, AlarmSeverity, AlarmStatus, Originator};
+use crate::alarm_row;
 use crate::{Entities, EntityError, PageData, PageQuery, NULL_UUID};
 
 /// `searchStatus` (and the items of v2's `statusList`).
@@ -262,10 +263,10 @@ impl Entities {
             )?;
             let mut stmt = conn.prepare(&format!(
                 "{} WHERE {conditions} {order}",
-                alarm::INFO_SELECT
+                alarm_row::INFO_SELECT
             ))?;
             let rows = stmt
-                .query_map(params_from_iter(&w.args), alarm::info_from_row)?
+                .query_map(params_from_iter(&w.args), alarm_row::info_from_row)?
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(page.page_of(rows, total))
         })

@@ -13,8 +13,9 @@ use rusqlite::OptionalExtension;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::alarm::{self, Alarm, AlarmSeverity, Originator, Propagation};
-use crate::alarm_index::ActiveAlarm;
+use crate::alarm::{Alarm, AlarmSeverity, Originator, Propagation};
+use crate::alarm_index::{self, ActiveAlarm};
+use crate::alarm_row;
 use crate::{Entities, EntityError};
 
 /// What a transition did.
@@ -125,7 +126,7 @@ impl Entities {
             let write = raise_in(&tx, active, raise, now_ms)?;
             tx.commit()?;
             if write.outcome != AlarmOutcome::Unchanged {
-                alarm::reindex(&mut index.write(), &write.alarm);
+                alarm_index::reindex(&mut index.write(), &write.alarm);
             }
             Ok(write)
         })
@@ -147,7 +148,7 @@ impl Entities {
             let tx = conn.transaction()?;
             let write = clear_in(&tx, current, details, now_ms)?;
             tx.commit()?;
-            alarm::reindex(&mut index.write(), &write.alarm);
+            alarm_index::reindex(&mut index.write(), &write.alarm);
             Ok(Some(write))
         })
     }
@@ -251,7 +252,7 @@ impl Entities {
             tx.commit()?;
             let mut index = index.write();
             for write in done.iter().filter(|w| w.outcome != AlarmOutcome::Unchanged) {
-                alarm::reindex(&mut index, &write.alarm);
+                alarm_index::reindex(&mut index, &write.alarm);
             }
             Ok(done)
         })
@@ -282,7 +283,7 @@ fn raise_in(
     let (alarm, outcome) = match active {
         None => {
             let originator = Originator::device(raise.device_id);
-            let (tenant_id, customer_id) = alarm::originator_owner(tx, &originator)?;
+            let (tenant_id, customer_id) = alarm_row::originator_owner(tx, &originator)?;
             let ts = if raise.data_ts <= 0 || raise.data_ts > now_ms {
                 now_ms
             } else {
@@ -334,7 +335,7 @@ fn raise_in(
             (updated, outcome)
         }
     };
-    alarm::write(tx, &alarm)?;
+    alarm_row::write(tx, &alarm)?;
     Ok(AlarmWrite { alarm, outcome })
 }
 
@@ -352,7 +353,7 @@ fn clear_in(
         details: details.unwrap_or(stored.details.clone()),
         ..stored
     };
-    alarm::write(tx, &alarm)?;
+    alarm_row::write(tx, &alarm)?;
     Ok(AlarmWrite {
         alarm,
         outcome: AlarmOutcome::Cleared,
@@ -362,7 +363,7 @@ fn clear_in(
 /// The row of an alarm the index holds as active. Its absence, or a cleared row, means the index and
 /// the database disagree, which the write path never allows.
 fn stored_active(conn: &rusqlite::Connection, id: Uuid) -> Result<Alarm, EntityError> {
-    match alarm::by_id(conn, id)? {
+    match alarm_row::by_id(conn, id)? {
         Some(alarm) if !alarm.cleared => Ok(alarm),
         other => Err(EntityError::Corrupt {
             table: "alarm",
@@ -378,3 +379,7 @@ fn stored_active(conn: &rusqlite::Connection, id: Uuid) -> Result<Alarm, EntityE
         }),
     }
 }
+
+#[cfg(test)]
+#[path = "alarm_transition_tests.rs"]
+mod tests;

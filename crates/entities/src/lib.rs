@@ -6,8 +6,9 @@
 //! - [`schema`]: the tables and the numbered migrations (`PRAGMA user_version`).
 //! - [`tenant`], [`user`], [`profile`], [`device`], [`credentials`], [`dashboard`]: one entity each, with
 //!   its row type, its validation (ThingsBoard's messages) and its queries.
-//! - [`alarm`]: alarms (reference 4.8): the entity, ThingsBoard's create-or-update-active rule (one
-//!   active alarm per originator and type), ack, clear, assign, delete. [`alarm_query`]: pages with
+//! - [`alarm`]: alarms (reference 4.8): the entity. `alarm_save`: the REST writes, ThingsBoard's
+//!   create-or-update-active rule (one active alarm per originator and type), ack, clear, assign,
+//!   delete; `alarm_row`: the SQLite row and the reads by id. [`alarm_query`]: pages with
 //!   every filter of the reference, the highest severity of an originator, the alarm types.
 //!   [`alarm_index`]: the active alarms in memory, loaded at open and kept in step with every write, so
 //!   the alarm-rule evaluator's [`Entities::active_alarm`] never touches SQLite. [`alarm_transition`]:
@@ -31,6 +32,8 @@
 pub mod alarm;
 pub mod alarm_index;
 pub mod alarm_query;
+mod alarm_row;
+mod alarm_save;
 pub mod alarm_transition;
 pub mod bootstrap;
 pub mod credentials;

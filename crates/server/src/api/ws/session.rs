@@ -1,95 +1,26 @@
-//! Live subscriptions over WebSocket (reference 4.11): `/api/ws` (`authCmd` + `cmds`) and the legacy
-//! `/api/ws/plugins/telemetry` (`tsSubCmds`, `historyCmds`, `attrSubCmds`), authenticated by `?token=<jwt>`
-//! or by an `authCmd` in the first message.
-//!
-//! TIMESERIES subscribes to a device's telemetry (latest values first, or a history window when
-//! `startTs` and `timeWindow` are given), ATTRIBUTES to its attributes of one scope or all, and
-//! TIMESERIES_HISTORY answers one query. Updates come from the processors through `ingest::events` once a
-//! record is applied, so a client sees what a REST read would. Every session has one bounded queue of
-//! updates: a client that does not read fast enough fills it and is dropped (close code 1008), it never
-//! makes the server hold more.
+//! One WebSocket session: reads the client's commands, subscribes to devices' updates through
+//! `ingest::events`, answers with snapshots and history, and forwards updates from its bounded queue;
+//! a full queue closes the session.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Query, State};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::Router;
+use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use fleetwire_model::record::AttributeScope;
 use fleetwire_model::Value;
 use fleetwire_tsdb::{Agg, Order, Query as TsQuery};
-use serde::Deserialize;
-use serde_json::{json, Map, Value as JsonValue};
+use serde_json::Value as JsonValue;
 use tokio::sync::{mpsc, Notify};
 use uuid::Uuid;
 
-use super::attributes::scope_attributes;
-use super::auth::CurrentUser;
-use super::error::ApiError;
-use super::telemetry::{device_of, parse_agg, CATCH_UP_TIMEOUT};
-use crate::ingest::attributes::split_keys;
+use super::message::{error_code, error_message, keys_of, points_message, wanted, Cmd, Envelope};
+use super::{authenticate, POLICY_VIOLATION, QUEUE_UPDATES_MAX, SEND_TIMEOUT, SUBSCRIPTIONS_MAX};
+use crate::api::attributes::scope_attributes;
+use crate::api::auth::CurrentUser;
+use crate::api::telemetry::{device_of, parse_agg, CATCH_UP_TIMEOUT};
 use crate::ingest::events::{Interest, Subscriber, SubscriptionId, Update};
 use crate::AppState;
-
-/// Updates one session may have queued before it is dropped as too slow.
-const QUEUE_UPDATES_MAX: usize = 1024;
-/// Subscriptions one session may hold.
-const SUBSCRIPTIONS_MAX: usize = 1024;
-/// A send that takes longer than this means the client stopped reading.
-const SEND_TIMEOUT: Duration = Duration::from_secs(10);
-/// Largest message a client may send.
-const MESSAGE_BYTES_MAX: usize = 64 << 10;
-
-/// ThingsBoard's WebSocket error codes.
-mod error_code {
-    pub const NO_ERROR: i32 = 0;
-    pub const INTERNAL: i32 = 1;
-    pub const BAD_REQUEST: i32 = 2;
-    pub const UNAUTHORIZED: i32 = 3;
-}
-
-/// WebSocket close code for a policy violation (RFC 6455): bad auth, a full queue.
-const POLICY_VIOLATION: u16 = 1008;
-
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/api/ws", get(upgrade))
-        .route("/api/ws/plugins/telemetry", get(upgrade))
-}
-
-#[derive(Deserialize)]
-struct TokenQuery {
-    token: Option<String>,
-}
-
-fn authenticate(state: &AppState, token: &str) -> Result<CurrentUser, ApiError> {
-    let claims = state
-        .auth
-        .verify(token)
-        .map_err(|_| ApiError::unauthorized("Authentication failed"))?;
-    CurrentUser::from_claims(&claims)
-}
-
-async fn upgrade(
-    ws: WebSocketUpgrade,
-    State(state): State<AppState>,
-    Query(query): Query<TokenQuery>,
-) -> Response {
-    // A token in the URL is checked before the upgrade, so a bad one gets a plain 401.
-    let user = match query.token.as_deref().filter(|t| !t.is_empty()) {
-        Some(token) => match authenticate(&state, token) {
-            Ok(user) => Some(user),
-            Err(e) => return e.into_response(),
-        },
-        None => None,
-    };
-    ws.max_message_size(MESSAGE_BYTES_MAX)
-        .on_upgrade(move |socket| Session::new(state, user).run(socket))
-}
 
 /// Set when a subscriber found the session's queue full.
 #[derive(Default)]
@@ -137,123 +68,7 @@ struct Subscription {
     watch: Watch,
 }
 
-/// One command, in the unified form; legacy commands are translated into it.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-struct Cmd {
-    #[serde(rename = "type")]
-    kind: String,
-    cmd_id: i64,
-    entity_type: Option<String>,
-    entity_id: Option<String>,
-    keys: Option<String>,
-    scope: Option<String>,
-    unsubscribe: bool,
-    start_ts: Option<i64>,
-    end_ts: Option<i64>,
-    time_window: Option<i64>,
-    interval: Option<i64>,
-    limit: Option<usize>,
-    agg: Option<String>,
-    order_by: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-struct AuthCmd {
-    token: String,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-struct Envelope {
-    auth_cmd: Option<AuthCmd>,
-    cmds: Vec<Cmd>,
-    ts_sub_cmds: Vec<Cmd>,
-    history_cmds: Vec<Cmd>,
-    attr_sub_cmds: Vec<Cmd>,
-}
-
-impl Envelope {
-    /// Every command in unified form: legacy lists carry their type in the list they are in.
-    fn commands(self) -> Vec<Cmd> {
-        let mut all = self.cmds;
-        for (kind, list) in [
-            ("TIMESERIES", self.ts_sub_cmds),
-            ("TIMESERIES_HISTORY", self.history_cmds),
-            ("ATTRIBUTES", self.attr_sub_cmds),
-        ] {
-            all.extend(list.into_iter().map(|mut cmd| {
-                cmd.kind = kind.to_owned();
-                cmd
-            }));
-        }
-        all
-    }
-}
-
-/// A rendered value: WebSocket updates carry strings, as ThingsBoard's do.
-fn text(value: &Value) -> JsonValue {
-    JsonValue::String(value.to_string())
-}
-
-fn keys_of(list: Option<&str>) -> Option<Vec<String>> {
-    let keys: Vec<String> = split_keys(list.unwrap_or(""))
-        .into_iter()
-        .map(String::from)
-        .collect();
-    (!keys.is_empty()).then_some(keys)
-}
-
-fn wanted(keys: &Option<Vec<String>>, key: &str) -> bool {
-    keys.as_ref()
-        .is_none_or(|keys| keys.iter().any(|k| k == key))
-}
-
-fn update_message(
-    cmd_id: i64,
-    data: Map<String, JsonValue>,
-    latest: Option<Map<String, JsonValue>>,
-) -> JsonValue {
-    let mut message = json!({
-        "subscriptionId": cmd_id,
-        "errorCode": error_code::NO_ERROR,
-        "errorMsg": null,
-        "data": data,
-    });
-    if let Some(latest) = latest {
-        message["latestValues"] = JsonValue::Object(latest);
-    }
-    message
-}
-
-fn error_message(cmd_id: i64, code: i32, text: &str) -> JsonValue {
-    json!({
-        "subscriptionId": cmd_id,
-        "errorCode": code,
-        "errorMsg": text,
-        "data": null,
-    })
-}
-
-/// `data` and `latestValues` from (key, ts, value) points; several points of a key keep their order.
-fn points_message(cmd_id: i64, points: Vec<(String, i64, Value)>, with_latest: bool) -> JsonValue {
-    let mut data: BTreeMap<String, Vec<JsonValue>> = BTreeMap::new();
-    let mut latest: BTreeMap<String, i64> = BTreeMap::new();
-    for (key, ts, value) in points {
-        let newest = latest.entry(key.clone()).or_insert(ts);
-        *newest = (*newest).max(ts);
-        data.entry(key).or_default().push(json!([ts, text(&value)]));
-    }
-    let data = data
-        .into_iter()
-        .map(|(k, v)| (k, JsonValue::Array(v)))
-        .collect();
-    let latest = with_latest.then(|| latest.into_iter().map(|(k, ts)| (k, json!(ts))).collect());
-    update_message(cmd_id, data, latest)
-}
-
-struct Session {
+pub(super) struct Session {
     state: AppState,
     user: Option<CurrentUser>,
     tx: mpsc::Sender<(i64, Update)>,
@@ -268,7 +83,7 @@ enum Flow {
 }
 
 impl Session {
-    fn new(state: AppState, user: Option<CurrentUser>) -> Session {
+    pub(super) fn new(state: AppState, user: Option<CurrentUser>) -> Session {
         let (tx, rx) = mpsc::channel(QUEUE_UPDATES_MAX);
         Session {
             state,
@@ -280,7 +95,7 @@ impl Session {
         }
     }
 
-    async fn run(mut self, mut socket: WebSocket) {
+    pub(super) async fn run(mut self, mut socket: WebSocket) {
         let flow = self.serve(&mut socket).await;
         self.unsubscribe_all();
         if let Flow::Close(code, reason) = flow {
