@@ -11,22 +11,18 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use fleetwire_entities::{AuthRefusal, DeviceAuth, MqttAuth};
+use bytes::BytesMut;
 use fleetwire_model::{PayloadError, Record};
-use fleetwire_mqtt::{
-    decode, encode, reason, ConnAck, Connect, DecodeError, Disconnect, Packet, Protocol, PubAck,
-    Publish, QoS, SubAck, Subscribe, UnsubAck, Unsubscribe,
-};
+use fleetwire_mqtt::{decode, encode, reason, Packet, Protocol, PubAck, Publish, QoS};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use uuid::Uuid;
 
 use super::requests;
-use super::sessions::{CloseSignal, Outbox, RpcOutbox, SessionGuard};
+use super::sessions::{CloseSignal, Outbox, RpcOutbox};
 use super::topics::{self, DeviceTopic};
 use crate::activity::coarse_now_ms;
-use crate::ingest::events::{SubscriptionId, Update};
+use crate::ingest::events::SubscriptionId;
 use crate::ingest::{client_attributes_record, now_ms, telemetry_record};
 use crate::AppState;
 
@@ -43,6 +39,11 @@ const SHARED_READ_BYTES: usize = 64 * 1024;
 const CONNECT_READ_CHUNK: usize = 512;
 /// A client that does not take our answers within this long is disconnected, so it cannot pin its task.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+mod handshake;
+mod outbound;
+
+use handshake::{disconnect_bytes, handshake, packet_limit, Session};
 
 thread_local! {
     /// The read buffer every connection served on this thread reads into (see `Conn::read_and_process`).
@@ -138,159 +139,6 @@ pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
         }
     }
     let _ = conn.stream.shutdown().await;
-}
-
-/// An accepted session: what the handshake hands to the packet loop.
-struct Session<'a> {
-    stream: TcpStream,
-    /// Bytes read after the CONNECT, if the client pipelined packets behind it.
-    buf: BytesMut,
-    protocol: Protocol,
-    device_id: Uuid,
-    gateway: bool,
-    guard: SessionGuard<'a>,
-}
-
-/// Reads the CONNECT, authenticates the device, registers its session and answers CONNACK.
-async fn handshake(
-    state: &AppState,
-    mut stream: TcpStream,
-    peer: SocketAddr,
-) -> Option<Session<'_>> {
-    let _ = stream.set_nodelay(true);
-    let mut buf = BytesMut::new();
-    let max = packet_limit(state);
-    let read =
-        tokio::time::timeout(CONNECT_TIMEOUT, read_connect(&mut stream, &mut buf, max)).await;
-    let connect = match read {
-        Ok(Ok(Some(connect))) => connect,
-        Ok(Ok(None)) | Err(_) => return None,
-        Ok(Err(e)) => {
-            tracing::debug!(%peer, error = %e, "bad CONNECT");
-            // An unsupported version is answered (in 3.1.1 form, which every client reads); other
-            // malformed CONNECTs are closed without an answer.
-            if let Some(code) = e.connack_code(Protocol::V311) {
-                let _ = send_connack(&mut stream, Protocol::V311, code).await;
-            }
-            return None;
-        }
-    };
-    let protocol = connect.protocol;
-    let device = match authenticate(state, &connect) {
-        Ok(device) => device,
-        Err(code) => {
-            tracing::debug!(%peer, client_id = %connect.client_id, code, "CONNECT refused");
-            let _ = send_connack(&mut stream, protocol, code).await;
-            return None;
-        }
-    };
-    // Register before CONNACK, then look the device up again: a delete or credentials change that landed
-    // after `authenticate` found no session to close, so it is caught here instead.
-    let guard = state.sessions.register(device.device_id);
-    if state.entities.device_auth(device.device_id).is_none() {
-        let code = if protocol == Protocol::V5 {
-            reason::NOT_AUTHORIZED
-        } else {
-            5
-        };
-        let _ = send_connack(&mut stream, protocol, code).await;
-        return None;
-    }
-    send_connack(&mut stream, protocol, 0).await.ok()?;
-    state
-        .activity
-        .connected(&state.ingest, device.device_id, now_ms());
-    Some(Session {
-        stream,
-        buf,
-        protocol,
-        device_id: device.device_id,
-        gateway: device.gateway,
-        guard,
-    })
-}
-
-/// An MQTT 5 DISCONNECT with `reason`, encoded.
-fn disconnect_bytes(reason: u8) -> BytesMut {
-    let mut out = BytesMut::new();
-    let packet = Packet::Disconnect(Disconnect {
-        reason,
-        properties: Default::default(),
-    });
-    if let Err(e) = encode(&packet, Protocol::V5, &mut out) {
-        tracing::error!(error = %e, "cannot encode DISCONNECT");
-    }
-    out
-}
-
-/// The codec limits whole packets; the configured limit, like ThingsBoard's (Netty's `maxBytesInMessage`),
-/// applies to the remaining length. So the whole-packet limit adds the fixed header of a packet whose
-/// remaining length is exactly the configured limit: one type byte and the variable-byte length.
-fn packet_limit(state: &AppState) -> usize {
-    let remaining_max = state.config.mqtt.packet_bytes_max;
-    let length_bytes = match remaining_max {
-        0..=127 => 1,
-        128..=16_383 => 2,
-        16_384..=2_097_151 => 3,
-        _ => 4,
-    };
-    remaining_max + 1 + length_bytes
-}
-
-async fn read_connect(
-    stream: &mut TcpStream,
-    buf: &mut BytesMut,
-    max: usize,
-) -> Result<Option<Connect>, DecodeError> {
-    loop {
-        match decode(buf, Protocol::V311, max)? {
-            Some(Packet::Connect(connect)) => return Ok(Some(connect)),
-            // Anything before CONNECT is a protocol violation: close without an answer.
-            Some(_) => return Ok(None),
-            None => {}
-        }
-        buf.reserve(CONNECT_READ_CHUNK);
-        match tokio::io::AsyncReadExt::read_buf(stream, buf).await {
-            Ok(0) | Err(_) => return Ok(None),
-            Ok(_) => {}
-        }
-    }
-}
-
-/// Device authentication (reference 1.2): returns the device, or the CONNACK code to refuse with.
-fn authenticate(state: &AppState, connect: &Connect) -> Result<DeviceAuth, u8> {
-    let v5 = connect.protocol == Protocol::V5;
-    if state.sessions.connection_count() > state.config.mqtt.connections_max {
-        return Err(if v5 { reason::QUOTA_EXCEEDED } else { 3 });
-    }
-    let outcome = state.entities.authenticate_mqtt(
-        &connect.client_id,
-        connect.username.as_deref(),
-        connect.password.as_deref(),
-    );
-    match outcome {
-        MqttAuth::Device(device) => Ok(device),
-        // Provisioning sessions come with the provisioning API; until then they are not authorized.
-        MqttAuth::Provision => Err(if v5 { reason::NOT_AUTHORIZED } else { 5 }),
-        MqttAuth::Refused(refusal) => Err(match (refusal, v5) {
-            (AuthRefusal::BadUserNameOrPassword, true) => reason::BAD_USER_NAME_OR_PASSWORD,
-            (AuthRefusal::ClientIdNotValid, true) => reason::CLIENT_IDENTIFIER_NOT_VALID,
-            (AuthRefusal::NotAuthorized, true) => reason::NOT_AUTHORIZED,
-            (AuthRefusal::ClientIdNotValid, false) => 2,
-            (_, false) => 5,
-        }),
-    }
-}
-
-async fn send_connack(stream: &mut TcpStream, protocol: Protocol, code: u8) -> std::io::Result<()> {
-    let mut out = BytesMut::new();
-    let packet = Packet::ConnAck(ConnAck {
-        session_present: false,
-        code,
-        properties: Default::default(),
-    });
-    encode(&packet, protocol, &mut out).map_err(std::io::Error::other)?;
-    stream.write_all(&out).await
 }
 
 impl Conn<'_> {
@@ -577,34 +425,6 @@ impl Conn<'_> {
         }
     }
 
-    /// Publishes to the device with the QoS of its matching subscription (QoS 1 if none matches).
-    fn publish_to_device(&mut self, topic: String, payload: Bytes) {
-        let qos = self
-            .subscriptions
-            .iter()
-            .find(|(filter, _)| filter_matches(filter, &topic))
-            .map_or(QoS::AtLeastOnce, |(_, qos)| *qos);
-        let pkid = if qos == QoS::AtMostOnce {
-            0
-        } else {
-            let pkid = self.next_pkid;
-            self.next_pkid = self.next_pkid.checked_add(1).unwrap_or(1);
-            pkid
-        };
-        let Ok(topic) = fleetwire_mqtt::Topic::try_from(topic) else {
-            return;
-        };
-        self.send(Packet::Publish(Publish {
-            dup: false,
-            qos,
-            retain: false,
-            topic,
-            pkid,
-            payload,
-            properties: Default::default(),
-        }));
-    }
-
     /// Counts a read as device activity, written at most once per report interval (reference 6).
     fn note_uplink(&mut self) {
         let now = coarse_now_ms();
@@ -615,175 +435,6 @@ impl Conn<'_> {
                 .activity
                 .uplink(&self.state.ingest, self.device_id, now);
         }
-    }
-
-    /// Publishes what was queued for this device: server-side RPC requests, SHARED attribute updates.
-    fn publish_updates(&mut self) {
-        self.publish_rpc_requests();
-        self.publish_attribute_updates();
-    }
-
-    /// Publishes the queued RPC requests on `…/request/{id}` of the topic family it subscribed with.
-    fn publish_rpc_requests(&mut self) {
-        let Some(outbox) = &self.rpc_requests else {
-            return;
-        };
-        let requests = outbox.drain();
-        if requests.is_empty() {
-            return;
-        }
-        let Some(prefix) = self
-            .subscriptions
-            .iter()
-            .map(|(filter, _)| filter.as_str())
-            .find(|filter| topics::is_rpc_requests(filter))
-            .and_then(|filter| filter.strip_suffix('+'))
-            .map(str::to_owned)
-        else {
-            return;
-        };
-        for request in requests {
-            self.publish_to_device(format!("{prefix}{}", request.id), request.mqtt_body());
-        }
-        // The outbox has room again for what waits in the device's queue.
-        self.state.rpcs.retry(self.device_id);
-    }
-
-    /// Publishes the SHARED attribute updates queued for this device on the topic it subscribed them with.
-    fn publish_attribute_updates(&mut self) {
-        let Some((_, outbox)) = &self.attribute_updates else {
-            return;
-        };
-        let updates = outbox.drain();
-        let Some(topic) = self
-            .subscriptions
-            .iter()
-            .map(|(filter, _)| filter.as_str())
-            .find(|filter| topics::is_attribute_updates(filter))
-            .map(str::to_owned)
-        else {
-            return;
-        };
-        for update in updates {
-            // The outbox registers for SHARED pushes only.
-            if let Update::SharedAttributes(body) = update {
-                self.publish_to_device(topic.clone(), body);
-            }
-        }
-    }
-
-    /// Registers for SHARED attribute updates once the device subscribes to them, and deregisters when it
-    /// no longer subscribes to any attribute-update topic.
-    fn sync_attribute_updates(&mut self) {
-        let wanted = self
-            .subscriptions
-            .iter()
-            .any(|(filter, _)| topics::is_attribute_updates(filter));
-        match (wanted, self.attribute_updates.is_some()) {
-            (true, false) => {
-                let outbox = Arc::new(Outbox::new(self.signal.clone()));
-                let id = self
-                    .state
-                    .ingest
-                    .events()
-                    .subscribe(self.device_id, outbox.clone());
-                self.attribute_updates = Some((id, outbox));
-            }
-            (false, true) => self.stop_attribute_updates(),
-            _ => {}
-        }
-    }
-
-    /// Attaches this session to the device's server-side RPC requests once it subscribes to them (queued
-    /// requests come at once), and detaches it when it no longer subscribes to any request topic.
-    fn sync_rpc_requests(&mut self) {
-        let wanted = self
-            .subscriptions
-            .iter()
-            .any(|(filter, _)| topics::is_rpc_requests(filter));
-        match (wanted, self.rpc_requests.is_some()) {
-            (true, false) => {
-                let outbox = Arc::new(RpcOutbox::new(self.signal.clone()));
-                self.rpc_requests = Some(outbox.clone());
-                let sink = self.state.rpcs.attach(self.device_id, outbox.clone());
-                let _ = outbox.sink.set(sink);
-            }
-            (false, true) => self.stop_rpc_requests(),
-            _ => {}
-        }
-    }
-
-    fn stop_rpc_requests(&mut self) {
-        if let Some(outbox) = self.rpc_requests.take() {
-            if let Some(sink) = outbox.sink.get() {
-                self.state.rpcs.detach(self.device_id, *sink);
-            }
-        }
-    }
-
-    fn stop_attribute_updates(&mut self) {
-        if let Some((id, _)) = self.attribute_updates.take() {
-            self.state.ingest.events().unsubscribe(self.device_id, id);
-        }
-    }
-
-    fn subscribe(&mut self, subscribe: Subscribe) {
-        let v5 = self.protocol == Protocol::V5;
-        let mut codes = Vec::with_capacity(subscribe.filters.len());
-        for filter in subscribe.filters {
-            if topics::subscription_allowed(&filter.path, self.gateway) {
-                let qos = if filter.qos == QoS::AtMostOnce {
-                    QoS::AtMostOnce
-                } else {
-                    QoS::AtLeastOnce
-                };
-                codes.push(qos as u8);
-                match self
-                    .subscriptions
-                    .iter_mut()
-                    .find(|(f, _)| *f == filter.path)
-                {
-                    Some(existing) => existing.1 = qos,
-                    None => self.subscriptions.push((filter.path, qos)),
-                }
-            } else {
-                codes.push(if v5 {
-                    reason::TOPIC_FILTER_INVALID
-                } else {
-                    0x80
-                });
-            }
-        }
-        self.send(Packet::SubAck(SubAck {
-            pkid: subscribe.pkid,
-            return_codes: codes,
-            properties: Default::default(),
-        }));
-        self.sync_attribute_updates();
-        self.sync_rpc_requests();
-    }
-
-    fn unsubscribe(&mut self, unsubscribe: Unsubscribe) {
-        let mut reasons = Vec::new();
-        for filter in &unsubscribe.filters {
-            let before = self.subscriptions.len();
-            self.subscriptions.retain(|(f, _)| f != filter);
-            reasons.push(if self.subscriptions.len() < before {
-                0
-            } else {
-                reason::NO_SUBSCRIPTION_EXISTED
-            });
-        }
-        if self.protocol != Protocol::V5 {
-            reasons.clear();
-        }
-        self.sync_attribute_updates();
-        self.sync_rpc_requests();
-        self.send(Packet::UnsubAck(UnsubAck {
-            pkid: unsubscribe.pkid,
-            reasons,
-            properties: Default::default(),
-        }));
     }
 }
 

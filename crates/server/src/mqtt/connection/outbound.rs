@@ -1,0 +1,214 @@
+//! What a connection sends the device unasked, and the subscriptions that decide it: SUBSCRIBE and
+//! UNSUBSCRIBE, the SHARED attribute updates and server-side RPC requests a subscribed session receives
+//! (through its outboxes, drained when the session is woken), and the QoS of each publish to the device.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use fleetwire_mqtt::{
+    reason, Packet, Protocol, Publish, QoS, SubAck, Subscribe, UnsubAck, Unsubscribe,
+};
+
+use super::super::sessions::{Outbox, RpcOutbox};
+use super::super::topics;
+use super::{filter_matches, Conn};
+use crate::ingest::events::Update;
+
+impl Conn<'_> {
+    /// Publishes to the device with the QoS of its matching subscription (QoS 1 if none matches).
+    pub(super) fn publish_to_device(&mut self, topic: String, payload: Bytes) {
+        let qos = self
+            .subscriptions
+            .iter()
+            .find(|(filter, _)| filter_matches(filter, &topic))
+            .map_or(QoS::AtLeastOnce, |(_, qos)| *qos);
+        let pkid = if qos == QoS::AtMostOnce {
+            0
+        } else {
+            let pkid = self.next_pkid;
+            self.next_pkid = self.next_pkid.checked_add(1).unwrap_or(1);
+            pkid
+        };
+        let Ok(topic) = fleetwire_mqtt::Topic::try_from(topic) else {
+            return;
+        };
+        self.send(Packet::Publish(Publish {
+            dup: false,
+            qos,
+            retain: false,
+            topic,
+            pkid,
+            payload,
+            properties: Default::default(),
+        }));
+    }
+
+    /// Publishes what was queued for this device: server-side RPC requests, SHARED attribute updates.
+    pub(super) fn publish_updates(&mut self) {
+        self.publish_rpc_requests();
+        self.publish_attribute_updates();
+    }
+
+    /// Publishes the queued RPC requests on `…/request/{id}` of the topic family it subscribed with.
+    fn publish_rpc_requests(&mut self) {
+        let Some(outbox) = &self.rpc_requests else {
+            return;
+        };
+        let requests = outbox.drain();
+        if requests.is_empty() {
+            return;
+        }
+        let Some(prefix) = self
+            .subscriptions
+            .iter()
+            .map(|(filter, _)| filter.as_str())
+            .find(|filter| topics::is_rpc_requests(filter))
+            .and_then(|filter| filter.strip_suffix('+'))
+            .map(str::to_owned)
+        else {
+            return;
+        };
+        for request in requests {
+            self.publish_to_device(format!("{prefix}{}", request.id), request.mqtt_body());
+        }
+        // The outbox has room again for what waits in the device's queue.
+        self.state.rpcs.retry(self.device_id);
+    }
+
+    /// Publishes the SHARED attribute updates queued for this device on the topic it subscribed them with.
+    fn publish_attribute_updates(&mut self) {
+        let Some((_, outbox)) = &self.attribute_updates else {
+            return;
+        };
+        let updates = outbox.drain();
+        let Some(topic) = self
+            .subscriptions
+            .iter()
+            .map(|(filter, _)| filter.as_str())
+            .find(|filter| topics::is_attribute_updates(filter))
+            .map(str::to_owned)
+        else {
+            return;
+        };
+        for update in updates {
+            // The outbox registers for SHARED pushes only.
+            if let Update::SharedAttributes(body) = update {
+                self.publish_to_device(topic.clone(), body);
+            }
+        }
+    }
+
+    /// Registers for SHARED attribute updates once the device subscribes to them, and deregisters when it
+    /// no longer subscribes to any attribute-update topic.
+    fn sync_attribute_updates(&mut self) {
+        let wanted = self
+            .subscriptions
+            .iter()
+            .any(|(filter, _)| topics::is_attribute_updates(filter));
+        match (wanted, self.attribute_updates.is_some()) {
+            (true, false) => {
+                let outbox = Arc::new(Outbox::new(self.signal.clone()));
+                let id = self
+                    .state
+                    .ingest
+                    .events()
+                    .subscribe(self.device_id, outbox.clone());
+                self.attribute_updates = Some((id, outbox));
+            }
+            (false, true) => self.stop_attribute_updates(),
+            _ => {}
+        }
+    }
+
+    /// Attaches this session to the device's server-side RPC requests once it subscribes to them (queued
+    /// requests come at once), and detaches it when it no longer subscribes to any request topic.
+    fn sync_rpc_requests(&mut self) {
+        let wanted = self
+            .subscriptions
+            .iter()
+            .any(|(filter, _)| topics::is_rpc_requests(filter));
+        match (wanted, self.rpc_requests.is_some()) {
+            (true, false) => {
+                let outbox = Arc::new(RpcOutbox::new(self.signal.clone()));
+                self.rpc_requests = Some(outbox.clone());
+                let sink = self.state.rpcs.attach(self.device_id, outbox.clone());
+                let _ = outbox.sink.set(sink);
+            }
+            (false, true) => self.stop_rpc_requests(),
+            _ => {}
+        }
+    }
+
+    pub(super) fn stop_rpc_requests(&mut self) {
+        if let Some(outbox) = self.rpc_requests.take() {
+            if let Some(sink) = outbox.sink.get() {
+                self.state.rpcs.detach(self.device_id, *sink);
+            }
+        }
+    }
+
+    pub(super) fn stop_attribute_updates(&mut self) {
+        if let Some((id, _)) = self.attribute_updates.take() {
+            self.state.ingest.events().unsubscribe(self.device_id, id);
+        }
+    }
+
+    pub(super) fn subscribe(&mut self, subscribe: Subscribe) {
+        let v5 = self.protocol == Protocol::V5;
+        let mut codes = Vec::with_capacity(subscribe.filters.len());
+        for filter in subscribe.filters {
+            if topics::subscription_allowed(&filter.path, self.gateway) {
+                let qos = if filter.qos == QoS::AtMostOnce {
+                    QoS::AtMostOnce
+                } else {
+                    QoS::AtLeastOnce
+                };
+                codes.push(qos as u8);
+                match self
+                    .subscriptions
+                    .iter_mut()
+                    .find(|(f, _)| *f == filter.path)
+                {
+                    Some(existing) => existing.1 = qos,
+                    None => self.subscriptions.push((filter.path, qos)),
+                }
+            } else {
+                codes.push(if v5 {
+                    reason::TOPIC_FILTER_INVALID
+                } else {
+                    0x80
+                });
+            }
+        }
+        self.send(Packet::SubAck(SubAck {
+            pkid: subscribe.pkid,
+            return_codes: codes,
+            properties: Default::default(),
+        }));
+        self.sync_attribute_updates();
+        self.sync_rpc_requests();
+    }
+
+    pub(super) fn unsubscribe(&mut self, unsubscribe: Unsubscribe) {
+        let mut reasons = Vec::new();
+        for filter in &unsubscribe.filters {
+            let before = self.subscriptions.len();
+            self.subscriptions.retain(|(f, _)| f != filter);
+            reasons.push(if self.subscriptions.len() < before {
+                0
+            } else {
+                reason::NO_SUBSCRIPTION_EXISTED
+            });
+        }
+        if self.protocol != Protocol::V5 {
+            reasons.clear();
+        }
+        self.sync_attribute_updates();
+        self.sync_rpc_requests();
+        self.send(Packet::UnsubAck(UnsubAck {
+            pkid: unsubscribe.pkid,
+            reasons,
+            properties: Default::default(),
+        }));
+    }
+}
