@@ -41,6 +41,7 @@ pub mod dashboard;
 pub mod device;
 pub mod device_auth;
 mod error;
+pub mod gateway;
 pub mod page;
 pub mod password;
 pub mod profile;

@@ -20,6 +20,32 @@ pub enum DeviceTopic<'a> {
     Unknown,
 }
 
+/// What a gateway's PUBLISH on `v1/gateway/...` asks for (reference 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GatewayTopic {
+    Connect,
+    Disconnect,
+    Telemetry,
+    Attributes,
+    AttributesRequest,
+    Rpc,
+    Claim,
+}
+
+/// The gateway topic a PUBLISH names, if any.
+pub fn gateway_topic(topic: &str) -> Option<GatewayTopic> {
+    Some(match topic {
+        "v1/gateway/connect" => GatewayTopic::Connect,
+        "v1/gateway/disconnect" => GatewayTopic::Disconnect,
+        "v1/gateway/telemetry" => GatewayTopic::Telemetry,
+        "v1/gateway/attributes" => GatewayTopic::Attributes,
+        "v1/gateway/attributes/request" => GatewayTopic::AttributesRequest,
+        "v1/gateway/rpc" => GatewayTopic::Rpc,
+        "v1/gateway/claim" => GatewayTopic::Claim,
+        _ => return None,
+    })
+}
+
 /// Classifies a PUBLISH topic. Protobuf variants (`.../p`) are not supported and count as unknown.
 pub fn classify(topic: &str) -> DeviceTopic<'_> {
     match topic {

@@ -40,6 +40,7 @@ const CONNECT_READ_CHUNK: usize = 512;
 /// A client that does not take our answers within this long is disconnected, so it cannot pin its task.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
+mod gateway;
 mod handshake;
 mod outbound;
 
@@ -83,6 +84,8 @@ struct Conn<'a> {
     attribute_updates: Option<(SubscriptionId, Arc<Outbox>)>,
     /// Server-side RPC requests for this device, while it subscribes to them (reference 1.8).
     rpc_requests: Option<Arc<RpcOutbox>>,
+    /// A gateway's sub-devices, once it used the gateway API (reference 2).
+    gateway_state: Option<Box<gateway::GatewayState>>,
     /// When the device last sent anything, and when that was last written as activity (epoch ms).
     last_uplink_ms: i64,
     uplink_reported_ms: i64,
@@ -119,6 +122,7 @@ pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
         signal: guard.signal.clone(),
         attribute_updates: None,
         rpc_requests: None,
+        gateway_state: None,
         // `connected` just wrote the session's first activity.
         last_uplink_ms: 0,
         uplink_reported_ms: now_ms(),
@@ -128,6 +132,7 @@ pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
     let end = conn.run(buf).await;
     conn.stop_attribute_updates();
     conn.stop_rpc_requests();
+    conn.end_gateway();
     let unreported = (conn.last_uplink_ms > conn.uplink_reported_ms).then_some(conn.last_uplink_ms);
     state
         .activity
@@ -319,6 +324,9 @@ impl Conn<'_> {
         // ThingsBoard answers QoS 2 with a PUBACK as well; we do the same (QoS 2 flows come later).
         let ack = publish.qos != QoS::AtMostOnce;
         let pkid = publish.pkid;
+        if let Some(topic) = topics::gateway_topic(publish.topic.as_str()) {
+            return self.gateway_publish(topic, publish);
+        }
         let device = self.device_id;
         let result = match topics::classify(publish.topic.as_str()) {
             DeviceTopic::Telemetry => self.append(telemetry_record(device, &publish.payload)),

@@ -47,6 +47,7 @@ impl Conn<'_> {
     pub(super) fn publish_updates(&mut self) {
         self.publish_rpc_requests();
         self.publish_attribute_updates();
+        self.publish_gateway_pushes();
     }
 
     /// Publishes the queued RPC requests on `…/request/{id}` of the topic family it subscribed with.
