@@ -168,6 +168,12 @@ def test_http_device_long_poll_and_reply(server, device):
     assert requests.post(f"{base}/rpc/{request['id']}", json={"rebooting": True}, timeout=10).status_code == 200
     caller.join(20)
     assert result["resp"].status_code == 200 and result["resp"].json() == {"rebooting": True}
+    # Client-side RPC over HTTP: built-ins answered, other methods told they are unsupported.
+    resp = requests.post(f"{base}/rpc", json={"method": "getCurrentTime", "params": {}}, timeout=10)
+    assert resp.status_code == 200 and abs(resp.json()["currentTime"] - time.time() * 1000) < 5000, resp.text
+    resp = requests.post(f"{base}/rpc", json={"method": "getWeather", "params": {}}, timeout=10)
+    assert resp.json() == {"error": "Unsupported RPC method: getWeather"}
+    assert requests.post(f"{base}/rpc", json={"params": {}}, timeout=10).status_code == 400
     # A reply nobody waits for is accepted and dropped; a bad token is 401.
     assert requests.post(f"{base}/rpc/999", json={}, timeout=10).status_code == 200
     assert requests.get(f"{server.base_url}/api/v1/NO_SUCH_TOKEN/rpc", timeout=10).status_code == 401

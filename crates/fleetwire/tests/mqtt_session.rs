@@ -200,8 +200,8 @@ fn client_rpc_get_session_limits_and_current_time() {
     );
     assert_eq!(time.as_object().map(|o| o.len()), Some(1), "{time}");
 
-    // v2: getCurrentTime is answered on v2/r/res; getSessionLimits is not handled on v2 (only the
-    // PUBACK, which the ping behind it proves: nothing else was queued).
+    // v2: getCurrentTime is answered on v2/r/res; getSessionLimits is a built-in on v1 only, so on v2 it
+    // is an unsupported method like any other.
     let request = json!({"method": "getCurrentTime"}).to_string();
     client.send(&publish("v2/r/req/5", QoS::AtLeastOnce, 4, request));
     assert_eq!(client.recv(), puback(4, 0));
@@ -211,6 +211,24 @@ fn client_rpc_get_session_limits_and_current_time() {
     let request = json!({"method": "getSessionLimits"}).to_string();
     client.send(&publish("v2/r/req/6", QoS::AtLeastOnce, 5, request));
     assert_eq!(client.recv(), puback(5, 0));
+    let (_, answer) = client.expect_publish("v2/r/res/6", QoS::AtLeastOnce);
+    assert_eq!(
+        answer,
+        json!({"error": "Unsupported RPC method: getSessionLimits"})
+    );
+    let request = json!({"method": "getWeather", "params": {}}).to_string();
+    client.send(&publish(
+        "v1/devices/me/rpc/request/7",
+        QoS::AtLeastOnce,
+        6,
+        request,
+    ));
+    assert_eq!(client.recv(), puback(6, 0));
+    let (_, answer) = client.expect_publish("v1/devices/me/rpc/response/7", QoS::AtMostOnce);
+    assert_eq!(
+        answer,
+        json!({"error": "Unsupported RPC method: getWeather"})
+    );
     client.ping();
 }
 

@@ -28,7 +28,7 @@ pub fn routes() -> Router<AppState> {
             post(post_attributes).get(get_attributes),
         )
         .route("/api/v1/{token}/attributes/updates", get(attribute_updates))
-        .route("/api/v1/{token}/rpc", get(rpc_poll))
+        .route("/api/v1/{token}/rpc", get(rpc_poll).post(client_rpc))
         .route("/api/v1/{token}/rpc/{id}", post(rpc_reply))
 }
 
@@ -66,6 +66,33 @@ struct Detach<'a> {
 impl Drop for Detach<'_> {
     fn drop(&mut self) {
         self.state.rpcs.detach(self.device, self.sink);
+    }
+}
+
+/// `POST /api/v1/{token}/rpc` `{"method":…,"params":…}`: a client-side RPC (reference 3). The built-in
+/// methods (`getCurrentTime`, `getSessionLimits`) are answered at once; other methods have no handler yet and
+/// answer `{"error":"Unsupported RPC method: …"}` rather than hold the request for ThingsBoard's 60 s timeout.
+async fn client_rpc(
+    State(state): State<AppState>,
+    Path(token): Path<String>,
+    body: Bytes,
+) -> Response {
+    if let Err(refused) = device(&state, &token) {
+        return refused.into_response();
+    }
+    let request: serde_json::Value = match serde_json::from_slice(&body) {
+        Ok(request) => request,
+        Err(e) => {
+            return ApiError::bad_request(format!("Invalid RPC request: {e}")).into_response()
+        }
+    };
+    let Some(method) = request.get("method").and_then(serde_json::Value::as_str) else {
+        return ApiError::bad_request("RPC method is required").into_response();
+    };
+    match crate::mqtt::requests::built_in(&state, method) {
+        Some(answer) => Json(answer).into_response(),
+        None => Json(serde_json::json!({ "error": format!("Unsupported RPC method: {method}") }))
+            .into_response(),
     }
 }
 

@@ -8,26 +8,39 @@ use crate::ingest::attributes::split_keys;
 use crate::ingest::now_ms;
 use crate::AppState;
 
-/// Built-in client-side RPC methods (reference 1.9). Returns the response topic and body.
+/// A client-side RPC (reference 1.9): the built-in methods are answered, any other method gets
+/// `{"error":"Unsupported RPC method: …"}` at once (there is no rule engine to hand it to, and ThingsBoard's
+/// default answer is a timeout after 60 s). Returns the response topic and body; `None` for a request
+/// without a method, which gets no answer.
 pub fn client_rpc(state: &AppState, id: &str, v2: bool, payload: &[u8]) -> Option<(String, Bytes)> {
     let request: serde_json::Value = serde_json::from_slice(payload).ok()?;
     let method = request.get("method")?.as_str()?;
-    let body = match method {
-        // getSessionLimits is answered on the v1 topic only, as ThingsBoard does.
-        "getSessionLimits" if !v2 => serde_json::json!({
-            "maxPayloadSize": state.config.mqtt.packet_bytes_max,
-            "maxInflightMessages": state.config.mqtt.inflight_max,
-            "rateLimits": {"messages": null, "telemetryMessages": null, "telemetryDataPoints": null},
-        }),
-        "getCurrentTime" => serde_json::json!({ "currentTime": now_ms() }),
-        _ => return None,
-    };
+    // getSessionLimits is a built-in on the v1 topic only, as in ThingsBoard.
+    let body = (!(v2 && method == "getSessionLimits"))
+        .then(|| built_in(state, method))
+        .flatten()
+        .unwrap_or_else(
+            || serde_json::json!({ "error": format!("Unsupported RPC method: {method}") }),
+        );
     let prefix = if v2 {
         "v2/r/res/"
     } else {
         "v1/devices/me/rpc/response/"
     };
     Some((format!("{prefix}{id}"), Bytes::from(body.to_string())))
+}
+
+/// The answer of a built-in client-side RPC method; `None` for any other method.
+pub fn built_in(state: &AppState, method: &str) -> Option<serde_json::Value> {
+    Some(match method {
+        "getSessionLimits" => serde_json::json!({
+            "maxPayloadSize": state.config.mqtt.packet_bytes_max,
+            "maxInflightMessages": state.config.mqtt.inflight_max,
+            "rateLimits": {"messages": null, "telemetryMessages": null, "telemetryDataPoints": null},
+        }),
+        "getCurrentTime" => serde_json::json!({ "currentTime": now_ms() }),
+        _ => return None,
+    })
 }
 
 /// Answers an attribute request (reference 1.7) from the attribute store; `None` when it is malformed.
