@@ -330,6 +330,24 @@ impl Entities {
         })
     }
 
+    /// The profile whose `provisionDeviceKey` is `key` (keys are unique across tenants).
+    pub fn device_profile_by_provision_key(
+        &self,
+        key: &str,
+    ) -> Result<Option<DeviceProfile>, EntityError> {
+        self.with_conn(|conn| {
+            Ok(conn
+                .query_row(
+                    &format!(
+                        "SELECT {COLUMNS} FROM device_profile WHERE provision_device_key = ?1"
+                    ),
+                    [key],
+                    from_row,
+                )
+                .optional()?)
+        })
+    }
+
     /// The profile with this id, of any tenant (the caller checks ownership).
     pub fn device_profile(&self, id: Uuid) -> Result<Option<DeviceProfile>, EntityError> {
         self.with_conn(|conn| by_id(conn, id))

@@ -22,6 +22,7 @@ use crate::AppState;
 
 pub fn routes() -> Router<AppState> {
     Router::new()
+        .route("/api/v1/provision", post(provision))
         .route("/api/v1/{token}/telemetry", post(post_telemetry))
         .route(
             "/api/v1/{token}/attributes",
@@ -67,6 +68,11 @@ impl Drop for Detach<'_> {
     fn drop(&mut self) {
         self.state.rpcs.detach(self.device, self.sink);
     }
+}
+
+/// `POST /api/v1/provision`: 200 with ThingsBoard's provisioning answer, whatever its status (reference 1.11).
+async fn provision(State(state): State<AppState>, body: Bytes) -> Response {
+    Json(crate::provision::provision(&state, &body).await).into_response()
 }
 
 /// `POST /api/v1/{token}/rpc` `{"method":…,"params":…}`: a client-side RPC (reference 3). The built-in

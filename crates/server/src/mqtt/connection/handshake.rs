@@ -54,7 +54,13 @@ pub(super) async fn handshake(
     };
     let protocol = connect.protocol;
     let device = match authenticate(state, &connect) {
-        Ok(device) => device,
+        Ok(Authenticated::Device(device)) => device,
+        Ok(Authenticated::Provision) => {
+            if send_connack(&mut stream, protocol, 0).await.is_ok() {
+                super::provision::serve(state, stream, buf, protocol, max, peer).await;
+            }
+            return None;
+        }
         Err(code) => {
             tracing::debug!(%peer, client_id = %connect.client_id, code, "CONNECT refused");
             let _ = send_connack(&mut stream, protocol, code).await;
@@ -134,8 +140,15 @@ async fn read_connect(
     }
 }
 
+/// Who a CONNECT authenticates as.
+enum Authenticated {
+    Device(DeviceAuth),
+    /// A provisioning session (username or client id `provision`, reference 1.11).
+    Provision,
+}
+
 /// Device authentication (reference 1.2): returns the device, or the CONNACK code to refuse with.
-fn authenticate(state: &AppState, connect: &Connect) -> Result<DeviceAuth, u8> {
+fn authenticate(state: &AppState, connect: &Connect) -> Result<Authenticated, u8> {
     let v5 = connect.protocol == Protocol::V5;
     if state.sessions.connection_count() > state.config.mqtt.connections_max {
         return Err(if v5 { reason::QUOTA_EXCEEDED } else { 3 });
@@ -146,9 +159,8 @@ fn authenticate(state: &AppState, connect: &Connect) -> Result<DeviceAuth, u8> {
         connect.password.as_deref(),
     );
     match outcome {
-        MqttAuth::Device(device) => Ok(device),
-        // Provisioning sessions come with the provisioning API; until then they are not authorized.
-        MqttAuth::Provision => Err(if v5 { reason::NOT_AUTHORIZED } else { 5 }),
+        MqttAuth::Device(device) => Ok(Authenticated::Device(device)),
+        MqttAuth::Provision => Ok(Authenticated::Provision),
         MqttAuth::Refused(refusal) => Err(match (refusal, v5) {
             (AuthRefusal::BadUserNameOrPassword, true) => reason::BAD_USER_NAME_OR_PASSWORD,
             (AuthRefusal::ClientIdNotValid, true) => reason::CLIENT_IDENTIFIER_NOT_VALID,

@@ -43,6 +43,7 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 mod gateway;
 mod handshake;
 mod outbound;
+mod provision;
 
 use handshake::{disconnect_bytes, handshake, packet_limit, Session};
 
