@@ -76,6 +76,8 @@ pub struct DeviceFilter {
     /// `type`: the profile name.
     pub profile_name: Option<String>,
     pub profile_id: Option<Uuid>,
+    /// Only the devices assigned to this customer.
+    pub customer_id: Option<Uuid>,
 }
 
 const SELECT: &str = "SELECT d.id, d.created_time, d.tenant_id, d.customer_id, d.name, d.label, \
@@ -372,12 +374,14 @@ impl Entities {
             "d.rowid",
         )?;
         let conditions = "d.tenant_id = ?1 AND (?2 IS NULL OR p.name = ?2) AND (?3 IS NULL OR d.device_profile_id = ?3)
-            AND (?4 IS NULL OR instr(lower(d.name), lower(?4)) > 0 OR instr(lower(coalesce(d.label, '')), lower(?4)) > 0)";
+            AND (?4 IS NULL OR instr(lower(d.name), lower(?4)) > 0 OR instr(lower(coalesce(d.label, '')), lower(?4)) > 0)
+            AND (?5 IS NULL OR d.customer_id = ?5)";
         let args = params![
             tenant_id.to_string(),
             filter.profile_name,
             id_text(filter.profile_id),
-            query.search()
+            query.search(),
+            id_text(filter.customer_id)
         ];
         self.with_conn(|conn| {
             let total: u64 = conn.query_row(

@@ -143,6 +143,17 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX rpc_device_created ON rpc (device_id, created_time);
     CREATE INDEX rpc_unfinished ON rpc (status) WHERE status IN ('QUEUED', 'SENT', 'DELIVERED');",
+    // 5: customers. Devices, users and alarms already carry a customer_id (NULL_UUID: none).
+    "CREATE TABLE customer (
+        id TEXT PRIMARY KEY,
+        created_time INTEGER NOT NULL,
+        tenant_id TEXT NOT NULL REFERENCES tenant (id),
+        title TEXT NOT NULL,
+        body TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        UNIQUE (tenant_id, title)
+    );
+    CREATE INDEX device_customer ON device (customer_id);",
 ];
 
 /// The schema version this binary writes.
@@ -190,6 +201,7 @@ mod tests {
             tables,
             [
                 "alarm",
+                "customer",
                 "dashboard",
                 "device",
                 "device_credentials",

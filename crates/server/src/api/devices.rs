@@ -416,6 +416,7 @@ async fn tenant_device_infos(
 
 fn device_filter(params: &ListParams) -> Result<DeviceFilter, ApiError> {
     Ok(DeviceFilter {
+        customer_id: None,
         profile_name: params.device_type.clone().filter(|t| !t.is_empty()),
         profile_id: params
             .device_profile_id

@@ -1,8 +1,8 @@
 //! The ThingsBoard-compatible REST API (reference sections 0 and 4) and the assembly of the whole HTTP app.
 //!
 //! - [`auth`]: login, refresh, current user, the [`auth::CurrentUser`] extractor; [`token`]: the JWTs.
-//! - [`devices`], [`credentials`], [`profiles`], [`dashboards`], [`alarms`]: one resource each, with its
-//!   JSON.
+//! - [`devices`], [`credentials`], [`customers`], [`profiles`], [`dashboards`], [`alarms`]: one resource
+//!   each, with its JSON.
 //! - [`telemetry`], [`attributes`]: telemetry and attribute endpoints; [`ws`]: live subscriptions.
 //! - [`rpc`]: server-side RPC to devices.
 //! - [`error`]: [`error::ApiError`], ThingsBoard's error body; [`extract`]: extractors that fail with it.
@@ -15,6 +15,7 @@ pub mod alarms;
 pub mod attributes;
 pub mod auth;
 pub mod credentials;
+pub mod customers;
 pub mod dashboards;
 pub mod devices;
 pub mod error;
@@ -47,6 +48,7 @@ pub fn router(state: AppState) -> Router {
         .merge(auth::routes())
         .merge(devices::routes())
         .merge(credentials::routes())
+        .merge(customers::routes())
         .merge(profiles::routes())
         .merge(dashboards::routes())
         .merge(alarms::routes())
