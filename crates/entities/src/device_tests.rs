@@ -366,7 +366,7 @@ fn paging_search_sort_and_filters() {
     assert_eq!(types, ["meter", "meter", "plc", "tracker"]);
     let by_type = DeviceFilter {
         profile_name: Some("meter".into()),
-        profile_id: None,
+        ..DeviceFilter::default()
     };
     assert_eq!(
         e.devices(t, &by_type, &PageQuery::new(10, 0))
@@ -376,8 +376,8 @@ fn paging_search_sort_and_filters() {
     );
     let plc = e.device_profile_by_name(t, "plc").unwrap().unwrap();
     let by_profile = DeviceFilter {
-        profile_name: None,
         profile_id: Some(plc.id),
+        ..DeviceFilter::default()
     };
     assert_eq!(
         e.devices(t, &by_profile, &PageQuery::new(10, 0))
