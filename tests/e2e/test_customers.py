@@ -51,3 +51,57 @@ def test_customers_and_device_assignment(server, rest_client):
     assert server.rest("GET", f"/api/customer/{customer_id}").status_code == 404
     assert server.rest("GET", f"/api/device/{device.id}").json()["customerId"]["id"] == NULL_UUID
     assert server.rest("POST", f"/api/customer/{customer_id}/device/{device.id}").status_code == 404
+
+
+def test_a_customer_user_is_activated_and_sees_only_its_devices(server):
+    import requests
+
+    customer_id = server.rest("POST", "/api/customer", json={"title": unique("Customer B")}).json()["id"]["id"]
+    mine, theirs = server.create_device(), server.create_device()
+    assert server.rest("POST", f"/api/customer/{customer_id}/device/{mine.id}").status_code == 200
+    email = f"{unique('user')}@example.com"
+    resp = server.rest("POST", "/api/user", params={"sendActivationMail": "false"},
+                       json={"email": email, "authority": "CUSTOMER_USER", "firstName": "Ann",
+                             "customerId": {"entityType": "CUSTOMER", "id": customer_id}})
+    assert resp.status_code == 200, resp.text
+    user = resp.json()
+    assert user["authority"] == "CUSTOMER_USER" and user["customerId"]["id"] == customer_id
+    # Not activated yet: no login.
+    login = requests.post(f"{server.base_url}/api/auth/login", json={"username": email, "password": "pw-1"}, timeout=10)
+    assert login.status_code == 401
+    link = server.rest("GET", f"/api/user/{user['id']['id']}/activationLink")
+    assert link.status_code == 200 and "activateToken=" in link.text, link.text
+    token = link.text.rsplit("activateToken=", 1)[1]
+    activated = requests.post(f"{server.base_url}/api/noauth/activate",
+                              json={"activateToken": token, "password": "pw-1"}, timeout=10)
+    assert activated.status_code == 200 and activated.json()["token"], activated.text
+    again = requests.post(f"{server.base_url}/api/noauth/activate",
+                          json={"activateToken": token, "password": "pw-2"}, timeout=10)
+    assert again.status_code == 404
+
+    login = requests.post(f"{server.base_url}/api/auth/login", json={"username": email, "password": "pw-1"}, timeout=10)
+    assert login.status_code == 200, login.text
+    customer = requests.Session()
+    customer.headers["X-Authorization"] = f"Bearer {login.json()['token']}"
+
+    def get(path: str, **params) -> requests.Response:
+        return customer.get(f"{server.base_url}{path}", params=params, timeout=10)
+
+    assert get(f"/api/device/{mine.id}").status_code == 200
+    assert get(f"/api/device/{theirs.id}").status_code == 403
+    assert get(f"/api/plugins/telemetry/DEVICE/{mine.id}/values/timeseries", keys="x").status_code == 200
+    assert get(f"/api/plugins/telemetry/DEVICE/{theirs.id}/values/timeseries", keys="x").status_code == 403
+    page = get(f"/api/customer/{customer_id}/devices", pageSize=10, page=0).json()
+    assert [d["id"]["id"] for d in page["data"]] == [mine.id]
+    assert get("/api/tenant/devices", pageSize=10, page=0).status_code == 403
+    rpc = customer.post(f"{server.base_url}/api/rpc/oneway/{theirs.id}", json={"method": "m", "params": {}}, timeout=10)
+    assert rpc.status_code == 403
+    rpc = customer.post(f"{server.base_url}/api/rpc/oneway/{mine.id}",
+                        json={"method": "m", "params": {}, "timeout": 5000}, timeout=20)
+    assert rpc.status_code == 504, "allowed, but the device is offline"
+
+    users = server.rest("GET", f"/api/customer/{customer_id}/users", params={"pageSize": 10, "page": 0}).json()
+    assert [u["email"] for u in users["data"]] == [email]
+    assert server.rest("DELETE", f"/api/user/{user['id']['id']}").status_code == 200
+    login = requests.post(f"{server.base_url}/api/auth/login", json={"username": email, "password": "pw-1"}, timeout=10)
+    assert login.status_code == 401

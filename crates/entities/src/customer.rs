@@ -79,7 +79,7 @@ impl Entities {
         device_id: Uuid,
         customer_id: Option<Uuid>,
     ) -> Result<crate::Device, EntityError> {
-        self.with_conn(|conn| {
+        self.with_conn_and_cache(|conn, cache| {
             let tx = conn.transaction()?;
             if let Some(customer) = customer_id {
                 of_tenant(&tx, tenant_id, customer)?;
@@ -95,11 +95,12 @@ impl Entities {
             if updated == 0 {
                 return Err(EntityError::not_found("Device", device_id));
             }
+            let device = crate::device::by_id(&tx, device_id)?
+                .ok_or_else(|| EntityError::not_found("Device", device_id))?;
             tx.commit()?;
-            Ok(())
-        })?;
-        self.device_by_id(device_id)?
-            .ok_or_else(|| EntityError::not_found("Device", device_id))
+            cache.write().put_device(crate::DeviceAuth::of(&device));
+            Ok(device)
+        })
     }
 
     /// Creates or updates a customer of `tenant_id`.
@@ -168,10 +169,15 @@ impl Entities {
     /// Deletes a customer of the tenant: its devices and alarms go back to the tenant, its users are
     /// deleted. One transaction.
     pub fn delete_customer(&self, tenant_id: Uuid, id: Uuid) -> Result<(), EntityError> {
-        self.with_conn(|conn| {
+        self.with_conn_and_cache(|conn, cache| {
             let tx = conn.transaction()?;
             of_tenant(&tx, tenant_id, id)?;
             let (customer, none) = (id.to_string(), NO_CUSTOMER.to_string());
+            let devices: Vec<Uuid> = {
+                let mut stmt = tx.prepare("SELECT id FROM device WHERE customer_id = ?1")?;
+                let rows = stmt.query_map([&customer], |r| sql::uuid(r, 0))?;
+                rows.collect::<Result<_, _>>()?
+            };
             tx.execute(
                 "UPDATE device SET customer_id = ?2, version = version + 1 WHERE customer_id = ?1",
                 [&customer, &none],
@@ -180,9 +186,21 @@ impl Entities {
                 "UPDATE alarm SET customer_id = ?2 WHERE customer_id = ?1",
                 [&customer, &none],
             )?;
+            tx.execute(
+                "DELETE FROM user_activation WHERE user_id IN (SELECT id FROM tb_user WHERE customer_id = ?1)",
+                [&customer],
+            )?;
             tx.execute("DELETE FROM tb_user WHERE customer_id = ?1", [&customer])?;
             tx.execute("DELETE FROM customer WHERE id = ?1", [&customer])?;
+            let unassigned = devices
+                .into_iter()
+                .filter_map(|d| crate::device::by_id(&tx, d).transpose())
+                .collect::<Result<Vec<_>, _>>()?;
             tx.commit()?;
+            let mut cache = cache.write();
+            for device in &unassigned {
+                cache.put_device(crate::DeviceAuth::of(device));
+            }
             Ok(())
         })
     }

@@ -21,6 +21,8 @@ pub struct DeviceAuth {
     pub profile_id: Uuid,
     /// `additionalInfo.gateway == true`: the device may use the gateway API.
     pub gateway: bool,
+    /// The customer the device is assigned to (NULL_UUID: none).
+    pub customer_id: Uuid,
 }
 
 impl DeviceAuth {
@@ -31,6 +33,7 @@ impl DeviceAuth {
             name: device.name.clone(),
             profile_id: device.profile_id,
             gateway: device.is_gateway(),
+            customer_id: device.customer_id,
         }
     }
 }

@@ -52,6 +52,7 @@ mod sql;
 pub mod store;
 pub mod tenant;
 pub mod user;
+pub mod user_activation;
 
 pub use alarm::{
     Alarm, AlarmAssignee, AlarmDraft, AlarmInfo, AlarmSeverity, AlarmStatus, Originator,

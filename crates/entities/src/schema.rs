@@ -154,6 +154,12 @@ const MIGRATIONS: &[&str] = &[
         UNIQUE (tenant_id, title)
     );
     CREATE INDEX device_customer ON device (customer_id);",
+    // 6: activation tokens of users created by an administrator, until they set their password.
+    "CREATE TABLE user_activation (
+        token TEXT PRIMARY KEY,
+        user_id TEXT NOT NULL UNIQUE,
+        created_time INTEGER NOT NULL
+    );",
 ];
 
 /// The schema version this binary writes.
@@ -209,7 +215,8 @@ mod tests {
                 "rpc",
                 "rule_watermark",
                 "tb_user",
-                "tenant"
+                "tenant",
+                "user_activation"
             ]
         );
     }

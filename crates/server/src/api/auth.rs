@@ -38,12 +38,25 @@ pub struct CurrentUser {
 impl CurrentUser {
     /// The caller's tenant, if the caller is a tenant administrator; else 403.
     ///
-    /// Customer users get 403 too until customers exist: the device endpoints would otherwise show
-    /// them the whole tenant.
+    /// Customer users get 403: the endpoints that serve them too check [`CurrentUser::may_access_device`].
     pub fn tenant_admin(&self) -> Result<Uuid, ApiError> {
         match self.authority {
             Authority::TenantAdmin => Ok(self.tenant_id),
             Authority::SysAdmin | Authority::CustomerUser => Err(ApiError::forbidden()),
+        }
+    }
+
+    /// Whether the caller may read, write telemetry of and send RPC to a device: a tenant administrator of
+    /// its tenant, or a user of the customer it is assigned to.
+    pub fn may_access_device(&self, tenant_id: Uuid, customer_id: Uuid) -> bool {
+        match self.authority {
+            Authority::TenantAdmin => tenant_id == self.tenant_id,
+            Authority::CustomerUser => {
+                tenant_id == self.tenant_id
+                    && self.customer_id != NULL_UUID
+                    && customer_id == self.customer_id
+            }
+            Authority::SysAdmin => false,
         }
     }
 

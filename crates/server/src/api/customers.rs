@@ -1,7 +1,8 @@
 //! Customers (reference 4.2, 4.3): `POST /api/customer`, `GET`/`DELETE /api/customer/{id}`,
 //! `GET /api/customers`, `GET /api/tenant/customers?customerTitle=`, and device assignment:
 //! `POST /api/customer/{customerId}/device/{deviceId}`, `DELETE /api/customer/device/{deviceId}`,
-//! `GET /api/customer/{customerId}/devices`. Tenant administrators only.
+//! `GET /api/customer/{customerId}/devices`. Tenant administrators only, except that a customer user lists its
+//! own customer's devices.
 
 use axum::extract::{Path, State};
 use axum::routing::{delete, get, post};
@@ -222,8 +223,15 @@ async fn customer_devices(
     Path(customer_id): Path<String>,
     Query(params): Query<PageParams>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant_id = caller.tenant_admin()?;
     let customer_id = parse_uuid(&customer_id)?;
+    // A tenant administrator, or a user of this customer.
+    let own_customer = caller.authority == fleetwire_entities::Authority::CustomerUser
+        && caller.customer_id == customer_id;
+    let tenant_id = if own_customer {
+        caller.tenant_id
+    } else {
+        caller.tenant_admin()?
+    };
     let query = params.query()?;
     let page = blocking(&state, move |e| {
         owned_customer(e, tenant_id, customer_id)?;

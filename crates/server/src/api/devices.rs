@@ -238,8 +238,16 @@ async fn get_device(
     caller: CurrentUser,
     IdPath(id): IdPath,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant_id = caller.tenant_admin()?;
-    let device = blocking(&state, move |e| owned_device(e, tenant_id, id)).await?;
+    let device = blocking(&state, move |e| {
+        let device = e
+            .device_by_id(id)?
+            .ok_or_else(|| ApiError::not_found(format!("Device with id [{id}] is not found")))?;
+        if !caller.may_access_device(device.tenant_id, device.customer_id) {
+            return Err(ApiError::forbidden());
+        }
+        Ok(device)
+    })
+    .await?;
     Ok(Json(device_json(&device)))
 }
 

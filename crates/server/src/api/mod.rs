@@ -27,6 +27,7 @@ pub mod rpc;
 pub mod rpc_persistent;
 pub mod telemetry;
 pub mod token;
+pub mod users;
 pub mod ws;
 
 use axum::extract::DefaultBodyLimit;
@@ -49,6 +50,7 @@ pub fn router(state: AppState) -> Router {
         .merge(devices::routes())
         .merge(credentials::routes())
         .merge(customers::routes())
+        .merge(users::routes())
         .merge(profiles::routes())
         .merge(dashboards::routes())
         .merge(alarms::routes())

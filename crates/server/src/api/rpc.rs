@@ -176,7 +176,7 @@ async fn call(
     let now = now_ms();
     let request = parse(body, now)?;
     if request.persistent {
-        let tenant_id = user.tenant_admin()?;
+        let tenant_id = user.tenant_id;
         let body =
             super::rpc_persistent::submit(state, tenant_id, device, request, kind.oneway).await?;
         return Ok(Json(body).into_response());
