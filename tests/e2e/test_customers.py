@@ -5,6 +5,8 @@ owner API).
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from tb_rest_client.models.customer import Customer
 from tb_rest_client.models.customer_id import CustomerId
@@ -105,3 +107,92 @@ def test_a_customer_user_is_activated_and_sees_only_its_devices(server):
     assert server.rest("DELETE", f"/api/user/{user['id']['id']}").status_code == 200
     login = requests.post(f"{server.base_url}/api/auth/login", json={"username": email, "password": "pw-1"}, timeout=10)
     assert login.status_code == 401
+
+
+def customer_user_session(server, customer_id: str):
+    """A new, activated user of the customer, logged in: a requests session with its token."""
+    import requests
+
+    email = f"{unique('claimer')}@example.com"
+    user = server.rest("POST", "/api/user", json={"email": email, "authority": "CUSTOMER_USER",
+                                                  "customerId": {"entityType": "CUSTOMER", "id": customer_id}}).json()
+    link = server.rest("GET", f"/api/user/{user['id']['id']}/activationLink").text
+    pair = requests.post(f"{server.base_url}/api/noauth/activate",
+                         json={"activateToken": link.rsplit("activateToken=", 1)[1], "password": "pw"}, timeout=10)
+    session = requests.Session()
+    session.headers["X-Authorization"] = f"Bearer {pair.json()['token']}"
+    return session
+
+
+def test_claiming_from_a_device_the_http_api_and_a_gateway(server):
+    """A device announces it may be claimed (tb-mqtt-client `claim`, the HTTP device API, a gateway's `gw_claim`);
+    a customer user who knows the key claims it by name and it becomes the customer's; a second claim answers
+    CLAIMED, a wrong key FAILURE; the customer can give it back."""
+    import requests
+    from tb_device_mqtt import TBDeviceMqttClient
+    from tb_gateway_mqtt import TBGatewayMqttClient
+
+    customer_id = server.rest("POST", "/api/customer", json={"title": unique("Claimers")}).json()["id"]["id"]
+    user = customer_user_session(server, customer_id)
+
+    def claim(name: str, key: str) -> requests.Response:
+        return user.post(f"{server.base_url}/api/customer/device/{name}/claim", json={"secretKey": key}, timeout=10)
+
+    # Over MQTT with ThingsBoard's SDK.
+    device = server.create_device()
+    client = TBDeviceMqttClient(server.host, port=server.mqtt_port, username=device.token)
+    client.connect()
+    try:
+        info = client.claim(secret_key="abc", duration=60000)
+        infos = info.message_info if isinstance(info.message_info, list) else [info.message_info]
+        for message_info in infos:
+            message_info.wait_for_publish(timeout=10)
+            assert message_info.is_published(), "no PUBACK for the claim announcement"
+        ok = None
+        for _ in range(50):
+            ok = claim(device.name, "abc")
+            if ok.status_code == 200:
+                break
+            time.sleep(0.1)
+        assert ok.status_code == 200, ok.text
+        assert ok.json()["response"] == "SUCCESS"
+        assert ok.json()["device"]["customerId"]["id"] == customer_id
+    finally:
+        client.stop()
+        client.disconnect()
+    again = claim(device.name, "abc")
+    assert again.status_code == 400 and again.json() == "CLAIMED"
+
+    # Over HTTP; a wrong key fails and does not use the announcement up.
+    other = server.create_device()
+    assert requests.post(f"{server.base_url}/api/v1/{other.token}/claim", json={"secretKey": "k2"},
+                         timeout=10).status_code == 200
+    wrong = claim(other.name, "nope")
+    assert wrong.status_code == 400 and wrong.json() == "FAILURE"
+    assert claim(other.name, "k2").status_code == 200
+
+    # A gateway announces one of its devices.
+    gateway_token = unique("GW_CLAIM")
+    resp = server.rest("POST", "/api/device", params={"accessToken": gateway_token},
+                       json={"name": unique("claim-gateway"), "additionalInfo": {"gateway": True}})
+    assert resp.status_code == 200
+    gateway = TBGatewayMqttClient(server.host, port=server.mqtt_port, username=gateway_token)
+    gateway.connect()
+    try:
+        sub = unique("claimable")
+        gateway.gw_connect_device(sub)
+        gateway.gw_claim(sub, "gwkey", 60000)
+        result = None
+        for _ in range(50):
+            result = claim(sub, "gwkey")
+            if result.status_code == 200:
+                break
+            time.sleep(0.1)
+        assert result.status_code == 200, result.text
+    finally:
+        gateway.stop()
+        gateway.disconnect()
+
+    # The customer gives a device back.
+    assert user.delete(f"{server.base_url}/api/customer/device/{other.name}/claim", timeout=10).status_code == 200
+    assert server.rest("GET", f"/api/device/{other.id}").json()["customerId"]["id"] == NULL_UUID

@@ -7,12 +7,14 @@
 //! - [`ingest`]: the write path shared by MQTT and HTTP (payload → log record → durable ack), the HTTP device
 //!   API, and the processors that move records from the log into the time-series store.
 //! - [`api`]: the ThingsBoard-compatible REST API.
+//! - [`claim`]: device claiming announcements.
 //! - [`provision`]: device provisioning over MQTT and HTTP.
 //! - [`rpc`]: server-side RPC: requests from REST to a device's MQTT session or HTTP poll, and its replies.
 //! - [`serve`]: starts everything and runs until shutdown.
 
 pub mod activity;
 pub mod api;
+pub mod claim;
 pub mod config;
 pub mod ingest;
 pub mod mqtt;

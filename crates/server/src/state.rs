@@ -29,6 +29,8 @@ pub struct Shared {
     pub activity: Arc<Activity>,
     /// Server-side RPC requests waiting for delivery or for their reply.
     pub rpcs: Rpcs,
+    /// Devices that announced they may be claimed.
+    pub claims: crate::claim::Claims,
 }
 
 impl std::ops::Deref for AppState {
@@ -76,6 +78,7 @@ impl AppState {
             sessions: Sessions::default(),
             activity,
             rpcs: Rpcs::default(),
+            claims: Default::default(),
         }));
         // A deleted device or changed credentials end the device's session (reference 1.1). The callback
         // holds a weak reference so the state can still be dropped.

@@ -114,6 +114,96 @@ pub(crate) fn routes() -> Router<AppState> {
         )
         .route("/api/customer/device/{device_id}", delete(unassign_device))
         .route("/api/customer/{customer_id}/devices", get(customer_devices))
+        .route(
+            "/api/customer/device/{device_name}/claim",
+            post(claim_device).delete(reclaim_device),
+        )
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ClaimBody {
+    secret_key: Option<String>,
+}
+
+/// `POST /api/customer/device/{deviceName}/claim` `{"secretKey":…}` (customer users, reference 1.10): the
+/// device, if it announced this key and belongs to nobody, goes to the caller's customer. 200
+/// `{"device":…,"response":"SUCCESS"}`; 400 `"CLAIMED"` when it has a customer, `"FAILURE"` otherwise.
+async fn claim_device(
+    State(state): State<AppState>,
+    caller: CurrentUser,
+    Path(device_name): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse;
+    if caller.authority != fleetwire_entities::Authority::CustomerUser {
+        return Err(ApiError::forbidden());
+    }
+    let secret = if body.iter().all(u8::is_ascii_whitespace) {
+        String::new()
+    } else {
+        serde_json::from_slice::<ClaimBody>(&body)
+            .map_err(|e| ApiError::bad_request(format!("Invalid claim request: {e}")))?
+            .secret_key
+            .unwrap_or_default()
+    };
+    let (tenant_id, customer_id) = (caller.tenant_id, caller.customer_id);
+    let name = device_name.clone();
+    let device = blocking(&state, move |e| {
+        e.device_by_name(tenant_id, &name)?
+            .ok_or_else(|| ApiError::not_found(format!("Device with name [{name}] is not found")))
+    })
+    .await?;
+    let refuse = |word: &str| {
+        (
+            axum::http::StatusCode::BAD_REQUEST,
+            Json(Value::String(word.to_string())),
+        )
+            .into_response()
+    };
+    if device.customer_id != fleetwire_entities::NULL_UUID {
+        return Ok(refuse("CLAIMED"));
+    }
+    if state
+        .claims
+        .check(device.id, &secret, crate::ingest::now_ms())
+        != crate::claim::ClaimCheck::Allowed
+    {
+        return Ok(refuse("FAILURE"));
+    }
+    let device_id = device.id;
+    let claimed = blocking(&state, move |e| {
+        Ok(e.assign_device(tenant_id, device_id, Some(customer_id))?)
+    })
+    .await?;
+    Ok(Json(json!({"device": device_json(&claimed), "response": "SUCCESS"})).into_response())
+}
+
+/// `DELETE /api/customer/device/{deviceName}/claim`: the caller's customer gives the device back to the tenant
+/// (a tenant administrator may reclaim any of the tenant's devices).
+async fn reclaim_device(
+    State(state): State<AppState>,
+    caller: CurrentUser,
+    Path(device_name): Path<String>,
+) -> Result<(), ApiError> {
+    let (tenant_id, customer_id, authority) =
+        (caller.tenant_id, caller.customer_id, caller.authority);
+    if authority == fleetwire_entities::Authority::SysAdmin {
+        return Err(ApiError::forbidden());
+    }
+    blocking(&state, move |e| {
+        let device = e.device_by_name(tenant_id, &device_name)?.ok_or_else(|| {
+            ApiError::not_found(format!("Device with name [{device_name}] is not found"))
+        })?;
+        if authority == fleetwire_entities::Authority::CustomerUser
+            && device.customer_id != customer_id
+        {
+            return Err(ApiError::forbidden());
+        }
+        e.assign_device(tenant_id, device.id, None)?;
+        Ok(())
+    })
+    .await
 }
 
 async fn save_customer(

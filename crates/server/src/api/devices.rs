@@ -275,6 +275,7 @@ async fn delete_device(
     state.ingest.device_changed(id);
     state.activity.forget(id);
     state.rpcs.forget(id);
+    state.claims.forget(id);
     state.ingest.purge_device(id).await?;
     Ok(StatusCode::OK)
 }

@@ -30,6 +30,7 @@ pub fn routes() -> Router<AppState> {
         )
         .route("/api/v1/{token}/attributes/updates", get(attribute_updates))
         .route("/api/v1/{token}/rpc", get(rpc_poll).post(client_rpc))
+        .route("/api/v1/{token}/claim", post(claim))
         .route("/api/v1/{token}/rpc/{id}", post(rpc_reply))
 }
 
@@ -67,6 +68,18 @@ struct Detach<'a> {
 impl Drop for Detach<'_> {
     fn drop(&mut self) {
         self.state.rpcs.detach(self.device, self.sink);
+    }
+}
+
+/// `POST /api/v1/{token}/claim` `{"secretKey":…,"durationMs":…}` (optional): the device may be claimed.
+async fn claim(State(state): State<AppState>, Path(token): Path<String>, body: Bytes) -> Response {
+    let device = match device(&state, &token) {
+        Ok(device) => device,
+        Err(refused) => return refused.into_response(),
+    };
+    match state.claims.offer(device.device_id, &body, super::now_ms()) {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(e) => ApiError::bad_request(e.to_string()).into_response(),
     }
 }
 

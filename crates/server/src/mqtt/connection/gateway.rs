@@ -130,8 +130,7 @@ impl Conn<'_> {
             GatewayTopic::Attributes => self.gateway_records(&publish.payload, false),
             GatewayTopic::AttributesRequest => self.gateway_attributes_request(&publish.payload),
             GatewayTopic::Rpc => self.gateway_rpc_reply(&publish.payload),
-            // Claiming comes with a later part of issue 5; accepted meanwhile.
-            GatewayTopic::Claim => Ok(()),
+            GatewayTopic::Claim => self.gateway_claim(&publish.payload),
         };
         let v5 = self.protocol == Protocol::V5;
         let (code, end) = match outcome {
@@ -378,6 +377,28 @@ impl Conn<'_> {
             "v1/gateway/attributes/response".into(),
             Bytes::from(response.to_string()),
         );
+        Ok(())
+    }
+
+    /// `v1/gateway/claim`: `{"A":{"secretKey":"abc","durationMs":60000},…}`.
+    fn gateway_claim(&mut self, payload: &[u8]) -> Outcome {
+        let JsonValue::Object(parts) = parse(payload)? else {
+            return Err(GatewayRefusal::Malformed(
+                "a gateway message must be a JSON object".into(),
+            ));
+        };
+        if parts.is_empty() {
+            return Err(GatewayRefusal::Malformed(
+                "no device in a claim message".into(),
+            ));
+        }
+        for (name, request) in parts {
+            let device = self.sub_device(&name, None)?;
+            self.state
+                .claims
+                .offer_json(device, &request, now_ms())
+                .map_err(|e| GatewayRefusal::Payload(e.to_string()))?;
+        }
         Ok(())
     }
 

@@ -370,8 +370,11 @@ impl Conn<'_> {
                 }
                 Ok(())
             }
-            // Claiming arrives with a later part of issue 5; it is accepted meanwhile.
-            DeviceTopic::Claim => Ok(()),
+            DeviceTopic::Claim => self
+                .state
+                .claims
+                .offer(device, &publish.payload, now_ms())
+                .map_err(|e| Refusal::Payload(e.to_string())),
             DeviceTopic::Unknown => Err(Refusal::Topic),
         };
         match result {
