@@ -320,6 +320,39 @@ def test_tenant_attribute_as_a_dynamic_threshold(server):
     eventually(lambda: _one_active(server, device_id))
 
 
+def test_customer_attribute_as_a_dynamic_threshold(server):
+    """CURRENT_CUSTOMER reads the SERVER attribute of the customer the device is assigned to: 41 raises the alarm
+    for the customer's device (its maxTemp is 30) and not for an unassigned one (default 100)."""
+    import requests
+
+    hot = {"key": {"type": "TIME_SERIES", "key": "temperature"}, "valueType": "NUMERIC", "value": None,
+           "predicate": {"type": "NUMERIC", "operation": "GREATER",
+                         "value": {"defaultValue": 100, "userValue": None,
+                                   "dynamicValue": {"sourceType": "CURRENT_CUSTOMER", "sourceAttribute": "maxTemp",
+                                                    "inherit": False}}}}
+    alarm = {"id": "customer-hot", "alarmType": "above customer limit", "createRules": {"MINOR": rule(hot)},
+             "clearRule": None, "propagate": False, "propagateToOwner": False, "propagateToTenant": False,
+             "propagateRelationTypes": None}
+    profile = create_profile(server, [alarm])
+    assigned_id, assigned_token = create_device(server, profile)
+    loose_id, loose_token = create_device(server, profile)
+    customer_id = server.rest("POST", "/api/customer", json={"title": unique("Cold customer")}).json()["id"]["id"]
+    assert server.rest("POST", f"/api/customer/{customer_id}/device/{assigned_id}").status_code == 200
+    resp = server.rest("POST", f"/api/plugins/telemetry/CUSTOMER/{customer_id}/attributes/SERVER_SCOPE",
+                       json={"maxTemp": 30})
+    assert resp.status_code == 200, resp.text
+    resp = server.rest("GET", f"/api/plugins/telemetry/CUSTOMER/{customer_id}/values/attributes/SERVER_SCOPE")
+    assert [(a["key"], a["value"]) for a in resp.json()] == [("maxTemp", 30)]
+
+    for token in (assigned_token, loose_token):
+        url = f"{server.base_url}/api/v1/{token}/telemetry"
+        assert requests.post(url, json={"temperature": 41}, timeout=10).status_code == 200
+    eventually(lambda: _one_active(server, assigned_id))
+    server.rest("GET", f"/api/plugins/telemetry/DEVICE/{loose_id}/values/timeseries")  # waits for the processor
+    time.sleep(0.3)
+    assert alarms_of(server, loose_id) == []
+
+
 def test_a_device_moved_to_a_profile_with_rules_is_evaluated_by_them(server):
     import requests
 

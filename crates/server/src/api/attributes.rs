@@ -20,14 +20,18 @@ use crate::api::auth::CurrentUser;
 use crate::api::error::ApiError;
 use crate::api::telemetry::{device_of, CATCH_UP_TIMEOUT};
 
-/// The entity whose attributes a request names: a device of the caller's tenant, or the caller's tenant
-/// itself (`TENANT`; its SERVER attributes are what alarm rules' CURRENT_TENANT dynamic values read).
+/// The entity whose attributes a request names: a device the caller may use, one of the tenant's customers
+/// (`CUSTOMER`), or the caller's tenant itself (`TENANT`); the SERVER attributes of the last two are what
+/// alarm rules' CURRENT_CUSTOMER and CURRENT_TENANT dynamic values read.
 async fn entity_of(
     state: &AppState,
     user: &CurrentUser,
     entity_type: &str,
     entity_id: &str,
 ) -> Result<uuid::Uuid, ApiError> {
+    if entity_type == "CUSTOMER" {
+        return customer_of(state, user, entity_id).await;
+    }
     if entity_type != "TENANT" {
         return device_of(state, user, entity_type, entity_id).await;
     }
@@ -35,6 +39,29 @@ async fn entity_of(
     let id = uuid::Uuid::parse_str(entity_id)
         .map_err(|_| ApiError::bad_request(format!("Invalid UUID string: {entity_id}")))?;
     if id == tenant {
+        Ok(id)
+    } else {
+        Err(ApiError::forbidden())
+    }
+}
+/// A customer whose attributes the caller may use: its tenant's administrator or one of its users (what
+/// CURRENT_CUSTOMER dynamic values in alarm rules read).
+async fn customer_of(
+    state: &AppState,
+    user: &CurrentUser,
+    entity_id: &str,
+) -> Result<uuid::Uuid, ApiError> {
+    let id = uuid::Uuid::parse_str(entity_id)
+        .map_err(|_| ApiError::bad_request(format!("Invalid UUID string: {entity_id}")))?;
+    let customer = super::blocking(state, move |e| Ok(e.customer(id)?))
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("Customer with id [{id}] is not found")))?;
+    let allowed = match user.authority {
+        fleetwire_entities::Authority::TenantAdmin => customer.tenant_id == user.tenant_id,
+        fleetwire_entities::Authority::CustomerUser => user.customer_id == id,
+        fleetwire_entities::Authority::SysAdmin => false,
+    };
+    if allowed {
         Ok(id)
     } else {
         Err(ApiError::forbidden())

@@ -450,9 +450,17 @@ impl Environment for Env<'_> {
             .map(|a| a.value)
     }
 
-    /// Customers arrive with issue 5; until then no device has one.
-    fn customer_attribute(&self, _key: &str) -> Option<Value> {
-        None
+    /// The SERVER attribute of the customer the device is assigned to (none without a customer).
+    fn customer_attribute(&self, key: &str) -> Option<Value> {
+        let customer = self.entities.device_auth(self.device)?.customer_id;
+        if customer == fleetwire_entities::NULL_UUID {
+            return None;
+        }
+        self.attributes
+            .get(customer.as_u128(), AttributeScope::Server, &[key])
+            .into_iter()
+            .next()
+            .map(|a| a.value)
     }
 
     fn tenant_attribute(&self, key: &str) -> Option<Value> {
