@@ -7,7 +7,8 @@
 #   scripts/test.sh -- ARGS...    extra arguments for pytest (e.g. -- -m crash, -- -k paho)
 #
 # It installs what the tests need: Debian's mosquitto-clients (apt-get, when `mosquitto_pub` is missing; as
-# root or through sudo) and the Python packages of tests/e2e/requirements.txt into .venv (only when that file
+# root or through sudo), the Python packages of tests/e2e/requirements.txt into .venv and those of
+# tests/e2e/requirements-tbgw.txt (the real thingsboard-gateway) into .venv-tbgw (each only when its file
 # changed); Python 3.10+ and a Rust toolchain must be there. Set FLEETWIRE_BIN to test another binary than
 # target/release/fleetwire.
 set -euo pipefail
@@ -64,22 +65,29 @@ else
     section "using FLEETWIRE_BIN=$FLEETWIRE_BIN (no release build)"
 fi
 
-section "python venv (.venv)"
-VENV="$ROOT/.venv"
-REQS="$ROOT/tests/e2e/requirements.txt"
 PYTHON=${PYTHON:-python3}
-if [ ! -x "$VENV/bin/python" ]; then
-    "$PYTHON" -m venv "$VENV"
-fi
-want=$(sha256sum "$REQS" | cut -d' ' -f1)
-have=$(cat "$VENV/.requirements.sha256" 2>/dev/null || true)
-if [ "$want" != "$have" ]; then
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQS"
-    echo "$want" > "$VENV/.requirements.sha256"
-    echo "installed tests/e2e/requirements.txt into .venv"
-else
-    echo ".venv is up to date with tests/e2e/requirements.txt"
-fi
+# install_venv VENV REQUIREMENTS: create VENV if missing and pip-install REQUIREMENTS into it when that file changed.
+install_venv() {
+    local venv=$1 reqs=$2 want have
+    section "python venv (${venv#"$ROOT/"})"
+    if [ ! -x "$venv/bin/python" ]; then
+        "$PYTHON" -m venv "$venv"
+    fi
+    want=$(sha256sum "$reqs" | cut -d' ' -f1)
+    have=$(cat "$venv/.requirements.sha256" 2>/dev/null || true)
+    if [ "$want" != "$have" ]; then
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$reqs"
+        echo "$want" > "$venv/.requirements.sha256"
+        echo "installed ${reqs#"$ROOT/"} into ${venv#"$ROOT/"}"
+    else
+        echo "${venv#"$ROOT/"} is up to date with ${reqs#"$ROOT/"}"
+    fi
+}
+VENV="$ROOT/.venv"
+install_venv "$VENV" "$ROOT/tests/e2e/requirements.txt"
+# The real thingsboard-gateway, for test_thingsboard_gateway.py: its own venv, as its tb-mqtt-client pin conflicts
+# with requirements.txt (see requirements-tbgw.txt).
+install_venv "$ROOT/.venv-tbgw" "$ROOT/tests/e2e/requirements-tbgw.txt"
 
 if ! command -v mosquitto_pub > /dev/null; then
     section "apt-get install mosquitto-clients"
