@@ -108,6 +108,13 @@ def test_sub_devices_through_thingsboard_gateway_sdk(server, gateway):
     eventually(lambda: _assert(_server_attribute(server, device_id, "lastDisconnectTime") is not None, "no disconnect"))
 
 
+def _response(paho: PahoDevice):
+    with paho.lock:
+        found = [m for m in paho.messages if m.topic == "v1/devices/me/rpc/response/1"]
+    assert found, "no getSessionLimits answer yet"
+    return found[0]
+
+
 def _assert(condition: bool, detail) -> None:
     assert condition, detail
 
@@ -125,6 +132,11 @@ def test_metadata_is_stripped_and_failures_answer_as_the_reference_says(server):
     paho = PahoDevice(server.host, server.mqtt_port, token, protocol="5")
     paho.connect()
     try:
+        # A gateway's session limits carry the limits of the devices behind it too (reference 1.9).
+        assert paho.subscribe([("v1/devices/me/rpc/response/+", 1)]) == [1]
+        paho.publish_ok("v1/devices/me/rpc/request/1", {"method": "getSessionLimits", "params": {}})
+        limits = json.loads(eventually(lambda: _response(paho)).payload)
+        assert set(limits["gatewayRateLimits"]) == {"messages", "telemetryMessages", "telemetryDataPoints"}, limits
         name = unique("GW Meta")
         entry = {"ts": 1_700_000_000_000, "values": {"v": 1},
                  "metadata": {"connector": "MQTT", "receivedTs": 1, "publishedTs": 2}}

@@ -96,9 +96,10 @@ async fn client_rpc(
     Path(token): Path<String>,
     body: Bytes,
 ) -> Response {
-    if let Err(refused) = device(&state, &token) {
-        return refused.into_response();
-    }
+    let device = match device(&state, &token) {
+        Ok(device) => device,
+        Err(refused) => return refused.into_response(),
+    };
     let request: serde_json::Value = match serde_json::from_slice(&body) {
         Ok(request) => request,
         Err(e) => {
@@ -108,7 +109,7 @@ async fn client_rpc(
     let Some(method) = request.get("method").and_then(serde_json::Value::as_str) else {
         return ApiError::bad_request("RPC method is required").into_response();
     };
-    match crate::mqtt::requests::built_in(&state, method) {
+    match crate::mqtt::requests::built_in(&state, method, device.gateway) {
         Some(answer) => Json(answer).into_response(),
         None => Json(serde_json::json!({ "error": format!("Unsupported RPC method: {method}") }))
             .into_response(),

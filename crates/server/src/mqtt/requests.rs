@@ -12,12 +12,18 @@ use crate::AppState;
 /// `{"error":"Unsupported RPC method: …"}` at once (there is no rule engine to hand it to, and ThingsBoard's
 /// default answer is a timeout after 60 s). Returns the response topic and body; `None` for a request
 /// without a method, which gets no answer.
-pub fn client_rpc(state: &AppState, id: &str, v2: bool, payload: &[u8]) -> Option<(String, Bytes)> {
+pub fn client_rpc(
+    state: &AppState,
+    id: &str,
+    v2: bool,
+    gateway: bool,
+    payload: &[u8],
+) -> Option<(String, Bytes)> {
     let request: serde_json::Value = serde_json::from_slice(payload).ok()?;
     let method = request.get("method")?.as_str()?;
     // getSessionLimits is a built-in on the v1 topic only, as in ThingsBoard.
     let body = (!(v2 && method == "getSessionLimits"))
-        .then(|| built_in(state, method))
+        .then(|| built_in(state, method, gateway))
         .flatten()
         .unwrap_or_else(
             || serde_json::json!({ "error": format!("Unsupported RPC method: {method}") }),
@@ -30,14 +36,22 @@ pub fn client_rpc(state: &AppState, id: &str, v2: bool, payload: &[u8]) -> Optio
     Some((format!("{prefix}{id}"), Bytes::from(body.to_string())))
 }
 
-/// The answer of a built-in client-side RPC method; `None` for any other method.
-pub fn built_in(state: &AppState, method: &str) -> Option<serde_json::Value> {
+/// The answer of a built-in client-side RPC method; `None` for any other method. A gateway's session limits
+/// also carry `gatewayRateLimits`, the limits of the devices behind it (all unlimited: null).
+pub fn built_in(state: &AppState, method: &str, gateway: bool) -> Option<serde_json::Value> {
+    let unlimited = serde_json::json!({"messages": null, "telemetryMessages": null, "telemetryDataPoints": null});
     Some(match method {
-        "getSessionLimits" => serde_json::json!({
-            "maxPayloadSize": state.config.mqtt.packet_bytes_max,
-            "maxInflightMessages": state.config.mqtt.inflight_max,
-            "rateLimits": {"messages": null, "telemetryMessages": null, "telemetryDataPoints": null},
-        }),
+        "getSessionLimits" => {
+            let mut limits = serde_json::json!({
+                "maxPayloadSize": state.config.mqtt.packet_bytes_max,
+                "maxInflightMessages": state.config.mqtt.inflight_max,
+                "rateLimits": unlimited,
+            });
+            if gateway {
+                limits["gatewayRateLimits"] = unlimited;
+            }
+            limits
+        }
         "getCurrentTime" => serde_json::json!({ "currentTime": now_ms() }),
         _ => return None,
     })

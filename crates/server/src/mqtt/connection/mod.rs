@@ -335,7 +335,8 @@ impl Conn<'_> {
                 self.append(client_attributes_record(device, &publish.payload))
             }
             DeviceTopic::RpcRequest { id, v2 } => {
-                let answer = requests::client_rpc(self.state, id, v2, &publish.payload);
+                let answer =
+                    requests::client_rpc(self.state, id, v2, self.gateway, &publish.payload);
                 if ack {
                     self.puback(pkid, 0);
                 }
