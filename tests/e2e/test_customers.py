@@ -44,6 +44,7 @@ def test_customers_and_device_assignment(server, rest_client):
     assert resp.json()["customerId"] == {"entityType": "CUSTOMER", "id": customer_id}
     page = server.rest("GET", f"/api/customer/{customer_id}/devices", params={"pageSize": 10, "page": 0}).json()
     assert [d["id"]["id"] for d in page["data"]] == [device.id]
+    assert server.rest("GET", f"/api/device/info/{device.id}").json()["customerTitle"] == title
     resp = server.rest("DELETE", f"/api/customer/device/{device.id}")
     assert resp.status_code == 200 and resp.json()["customerId"]["id"] == NULL_UUID
 

@@ -127,6 +127,20 @@ def _server_attribute(server, device_id: str, key: str):
     return values.get(key)
 
 
+def test_a_customers_gateway_creates_devices_of_that_customer(server):
+    gateway_id, token = create_gateway(server)
+    customer_id = server.rest("POST", "/api/customer", json={"title": unique("GW owner")}).json()["id"]["id"]
+    assert server.rest("POST", f"/api/customer/{customer_id}/device/{gateway_id}").status_code == 200
+    paho = PahoDevice(server.host, server.mqtt_port, token)
+    paho.connect()
+    try:
+        name = unique("owned")
+        paho.publish_ok("v1/gateway/connect", {"device": name})
+        assert device_by_name(server, name)["customerId"]["id"] == customer_id
+    finally:
+        paho.close()
+
+
 def test_metadata_is_stripped_and_failures_answer_as_the_reference_says(server):
     gateway_id, token = create_gateway(server)
     paho = PahoDevice(server.host, server.mqtt_port, token, protocol="5")

@@ -205,6 +205,20 @@ impl Entities {
         })
     }
 
+    /// The titles of the tenant's customers, by id (what DeviceInfo's `customerTitle` shows).
+    pub fn customer_titles(
+        &self,
+        tenant_id: Uuid,
+    ) -> Result<std::collections::HashMap<Uuid, String>, EntityError> {
+        self.with_conn(|conn| {
+            let mut stmt = conn.prepare("SELECT id, title FROM customer WHERE tenant_id = ?1")?;
+            let rows = stmt.query_map([tenant_id.to_string()], |r| {
+                Ok((sql::uuid(r, 0)?, r.get(1)?))
+            })?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
     /// The tenant's customer titled `title`.
     pub fn customer_by_title(
         &self,

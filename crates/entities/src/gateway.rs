@@ -1,6 +1,6 @@
 //! Devices behind a gateway (reference 2): created on a gateway's first message naming them, in the
-//! gateway's tenant, with the profile named by the message's `type` (created if missing), and remembering
-//! the gateway that last connected them (`additionalInfo.lastConnectedGateway`).
+//! gateway's tenant and customer, with the profile named by the message's `type` (created if missing), and
+//! remembering the gateway that last connected them (`additionalInfo.lastConnectedGateway`).
 
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -74,7 +74,16 @@ impl Entities {
                 ..DeviceDraft::named(name)
             };
             match self.save_device(tenant_id, &draft, None) {
-                Ok(device) => return Ok(device.id),
+                Ok(device) => {
+                    // A new device belongs to the gateway's customer, as in ThingsBoard.
+                    let customer = self
+                        .device_auth(gateway_id)
+                        .map_or(crate::NULL_UUID, |g| g.customer_id);
+                    if customer != crate::NULL_UUID {
+                        self.assign_device(tenant_id, device.id, Some(customer))?;
+                    }
+                    return Ok(device.id);
+                }
                 Err(EntityError::AlreadyExists(_)) => continue,
                 Err(e) => return Err(e),
             }
@@ -118,6 +127,32 @@ mod tests {
         assert_eq!(moved.profile_name, "thermostat", "the profile stays");
 
         let plain = e.gateway_device(tenant, gw1, "Device B", None).unwrap();
+        assert_eq!(
+            e.device_by_id(plain).unwrap().unwrap().customer_id,
+            crate::NULL_UUID
+        );
+
+        // A gateway of a customer creates devices of that customer.
+        let customer = e
+            .save_customer(
+                tenant,
+                &crate::CustomerDraft {
+                    title: "C".into(),
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+            .id;
+        let gateway = e
+            .save_device(tenant, &crate::DeviceDraft::named("gw"), None)
+            .unwrap()
+            .id;
+        e.assign_device(tenant, gateway, Some(customer)).unwrap();
+        let owned = e.gateway_device(tenant, gateway, "Device C", None).unwrap();
+        assert_eq!(
+            e.device_by_id(owned).unwrap().unwrap().customer_id,
+            customer
+        );
         assert_eq!(
             e.device_by_id(plain).unwrap().unwrap().profile_name,
             DEFAULT_SUB_DEVICE_TYPE

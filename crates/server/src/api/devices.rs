@@ -41,11 +41,18 @@ pub fn device_json(d: &Device) -> Value {
     })
 }
 
+/// The titles of a tenant's customers, by id.
+pub type CustomerTitles = std::collections::HashMap<Uuid, String>;
+
+async fn customer_titles(state: &AppState, tenant_id: Uuid) -> Result<CustomerTitles, ApiError> {
+    blocking(state, move |e| Ok(e.customer_titles(tenant_id)?)).await
+}
+
 /// DeviceInfo = Device + customer and profile names + `active`, the device's `active` SERVER attribute
 /// from the activity tracker (false until it was ever active; reference 6).
-pub fn device_info_json(state: &AppState, d: &Device) -> Value {
+pub fn device_info_json(state: &AppState, titles: &CustomerTitles, d: &Device) -> Value {
     let mut info = device_json(d);
-    info["customerTitle"] = Value::Null;
+    info["customerTitle"] = titles.get(&d.customer_id).map_or(Value::Null, |t| json!(t));
     info["customerIsPublic"] = json!(false);
     info["deviceProfileName"] = json!(d.profile_name);
     info["active"] = json!(is_active(state, d.id));
@@ -258,7 +265,8 @@ async fn get_device_info(
 ) -> Result<Json<Value>, ApiError> {
     let tenant_id = caller.tenant_admin()?;
     let device = blocking(&state, move |e| owned_device(e, tenant_id, id)).await?;
-    Ok(Json(device_info_json(&state, &device)))
+    let titles = customer_titles(&state, tenant_id).await?;
+    Ok(Json(device_info_json(&state, &titles, &device)))
 }
 
 async fn delete_device(
@@ -375,10 +383,11 @@ async fn tenant_device_infos(
         None | Some("") => None,
         Some(flag) => Some(flag.eq_ignore_ascii_case("true")),
     };
+    let titles = customer_titles(&state, tenant_id).await?;
     let Some(wanted) = wanted else {
         let render_state = state.clone();
         return list(state, tenant_id, params, move |d| {
-            device_info_json(&render_state, d)
+            device_info_json(&render_state, &titles, d)
         })
         .await;
     };
@@ -420,7 +429,9 @@ async fn tenant_device_infos(
         })
     })
     .await?;
-    Ok(Json(page_json(&page, |d| device_info_json(&state, d))))
+    Ok(Json(page_json(&page, |d| {
+        device_info_json(&state, &titles, d)
+    })))
 }
 
 fn device_filter(params: &ListParams) -> Result<DeviceFilter, ApiError> {
