@@ -238,3 +238,69 @@ def test_persistent_rpc_survives_kill_9_and_records_its_status(fresh_server):
 def _assert_status(server, rpc_id: str, status: str) -> None:
     got = server.rest("GET", f"/api/rpc/persistent/{rpc_id}").json()
     assert got["status"] == status, got
+
+
+def test_client_side_rpc_goes_to_the_profiles_webhook(server):
+    """A profile's `profileData.clientRpc.webhookUrl` answers its devices' client-side RPC methods that the server
+    does not know: over MQTT with tb-mqtt-client's `send_rpc_call`, and over HTTP. A webhook slower than `timeoutMs`
+    gives `{"error":"timeout"}`."""
+    import http.server
+    import socket
+
+    calls: list = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            calls.append(request)
+            if request["method"] == "slow":
+                time.sleep(1.5)
+            body = json.dumps({"echo": request["params"], "device": request["deviceName"]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    hook = http.server.ThreadingHTTPServer(("127.0.0.1", port), Hook)
+    threading.Thread(target=hook.serve_forever, daemon=True).start()
+    try:
+        profile = server.rest("POST", "/api/deviceProfile", json={
+            "name": f"webhook-{port}-{time.time_ns()}", "type": "DEFAULT", "transportType": "DEFAULT",
+            "provisionType": "DISABLED",
+            "profileData": {"configuration": {"type": "DEFAULT"}, "transportConfiguration": {"type": "DEFAULT"},
+                            "provisionConfiguration": {"type": "DISABLED", "provisionDeviceSecret": None},
+                            "clientRpc": {"webhookUrl": f"http://127.0.0.1:{port}/rpc", "timeoutMs": 700}}})
+        assert profile.status_code == 200, profile.text
+        token = f"HOOK_{time.time_ns()}"
+        resp = server.rest("POST", "/api/device", params={"accessToken": token},
+                           json={"name": token, "deviceProfileId": profile.json()["id"]})
+        assert resp.status_code == 200, resp.text
+
+        client = TBDeviceMqttClient(server.host, port=server.mqtt_port, username=token)
+        client.connect()
+        answers: list = []
+        got = threading.Event()
+        try:
+            client.send_rpc_call("getWeather", {"city": "Delft"},
+                                 lambda request_id, response, exception: (answers.append(response), got.set()))
+            assert got.wait(10), "no answer"
+            assert answers[-1] == {"echo": {"city": "Delft"}, "device": token}
+        finally:
+            client.stop()
+            client.disconnect()
+        assert calls[-1]["method"] == "getWeather" and calls[-1]["deviceId"] == resp.json()["id"]["id"]
+
+        base = f"{server.base_url}/api/v1/{token}"
+        answer = requests.post(f"{base}/rpc", json={"method": "lookup", "params": [1, 2]}, timeout=10)
+        assert answer.json() == {"echo": [1, 2], "device": token}
+        slow = requests.post(f"{base}/rpc", json={"method": "slow", "params": {}}, timeout=10)
+        assert slow.json() == {"error": "timeout"}
+    finally:
+        hook.shutdown()

@@ -7,6 +7,7 @@
 //! - [`ingest`]: the write path shared by MQTT and HTTP (payload → log record → durable ack), the HTTP device
 //!   API, and the processors that move records from the log into the time-series store.
 //! - [`api`]: the ThingsBoard-compatible REST API.
+//! - [`client_rpc`]: client-side RPC methods handed to a profile's webhook.
 //! - [`claim`]: device claiming announcements.
 //! - [`provision`]: device provisioning over MQTT and HTTP.
 //! - [`rpc`]: server-side RPC: requests from REST to a device's MQTT session or HTTP poll, and its replies.
@@ -15,6 +16,7 @@
 pub mod activity;
 pub mod api;
 pub mod claim;
+pub mod client_rpc;
 pub mod config;
 pub mod ingest;
 pub mod mqtt;

@@ -89,8 +89,8 @@ async fn provision(State(state): State<AppState>, body: Bytes) -> Response {
 }
 
 /// `POST /api/v1/{token}/rpc` `{"method":…,"params":…}`: a client-side RPC (reference 3). The built-in
-/// methods (`getCurrentTime`, `getSessionLimits`) are answered at once; other methods have no handler yet and
-/// answer `{"error":"Unsupported RPC method: …"}` rather than hold the request for ThingsBoard's 60 s timeout.
+/// methods (`getCurrentTime`, `getSessionLimits`) are answered at once, others by the profile's webhook
+/// ([`crate::client_rpc`]).
 async fn client_rpc(
     State(state): State<AppState>,
     Path(token): Path<String>,
@@ -109,11 +109,16 @@ async fn client_rpc(
     let Some(method) = request.get("method").and_then(serde_json::Value::as_str) else {
         return ApiError::bad_request("RPC method is required").into_response();
     };
-    match crate::mqtt::requests::built_in(&state, method, device.gateway) {
-        Some(answer) => Json(answer).into_response(),
-        None => Json(serde_json::json!({ "error": format!("Unsupported RPC method: {method}") }))
-            .into_response(),
+    if let Some(answer) = crate::mqtt::requests::built_in(&state, method, device.gateway) {
+        return Json(answer).into_response();
     }
+    let params = request
+        .get("params")
+        .cloned()
+        .unwrap_or(serde_json::Value::Null);
+    let request_id = rand::random::<u32>().to_string();
+    Json(crate::client_rpc::answer(&state, device.device_id, &request_id, method, params).await)
+        .into_response()
 }
 
 /// `POST /api/v1/{token}/rpc/{id}`: the device's reply to request `id`, handed to the waiting REST call.

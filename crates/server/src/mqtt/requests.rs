@@ -8,32 +8,50 @@ use crate::ingest::attributes::split_keys;
 use crate::ingest::now_ms;
 use crate::AppState;
 
-/// A client-side RPC (reference 1.9): the built-in methods are answered, any other method gets
-/// `{"error":"Unsupported RPC method: …"}` at once (there is no rule engine to hand it to, and ThingsBoard's
-/// default answer is a timeout after 60 s). Returns the response topic and body; `None` for a request
-/// without a method, which gets no answer.
+/// What a device's client-side RPC request (reference 1.9) needs.
+pub enum ClientRpc {
+    /// A built-in method: publish this body on this topic now.
+    Answer(String, Bytes),
+    /// Any other method: ask the profile's webhook ([`crate::client_rpc::answer`]) and publish its answer on
+    /// this topic.
+    Forward {
+        topic: String,
+        method: String,
+        params: serde_json::Value,
+    },
+}
+
+/// Classifies a client-side RPC request; `None` for one without a method, which gets no answer.
 pub fn client_rpc(
     state: &AppState,
     id: &str,
     v2: bool,
     gateway: bool,
     payload: &[u8],
-) -> Option<(String, Bytes)> {
-    let request: serde_json::Value = serde_json::from_slice(payload).ok()?;
-    let method = request.get("method")?.as_str()?;
-    // getSessionLimits is a built-in on the v1 topic only, as in ThingsBoard.
-    let body = (!(v2 && method == "getSessionLimits"))
-        .then(|| built_in(state, method, gateway))
-        .flatten()
-        .unwrap_or_else(
-            || serde_json::json!({ "error": format!("Unsupported RPC method: {method}") }),
-        );
+) -> Option<ClientRpc> {
+    let mut request: serde_json::Value = serde_json::from_slice(payload).ok()?;
+    let method = request.get("method")?.as_str()?.to_string();
     let prefix = if v2 {
         "v2/r/res/"
     } else {
         "v1/devices/me/rpc/response/"
     };
-    Some((format!("{prefix}{id}"), Bytes::from(body.to_string())))
+    let topic = format!("{prefix}{id}");
+    // getSessionLimits is a built-in on the v1 topic only, as in ThingsBoard.
+    let built_in = (!(v2 && method == "getSessionLimits"))
+        .then(|| built_in(state, &method, gateway))
+        .flatten();
+    Some(match built_in {
+        Some(body) => ClientRpc::Answer(topic, Bytes::from(body.to_string())),
+        None => ClientRpc::Forward {
+            topic,
+            method,
+            params: request
+                .get_mut("params")
+                .map(serde_json::Value::take)
+                .unwrap_or(serde_json::Value::Null),
+        },
+    })
 }
 
 /// The answer of a built-in client-side RPC method; `None` for any other method. A gateway's session limits

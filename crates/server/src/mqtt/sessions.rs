@@ -6,6 +6,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 use uuid::Uuid;
@@ -110,12 +111,15 @@ impl Subscriber for Outbox {
 /// has written these.
 pub const RPC_OUTBOX_MAX: usize = 64;
 
-/// Server-side RPC requests waiting to be published to one MQTT session, while it subscribes to them.
+/// What waits to be published to one MQTT session besides SHARED attribute updates: server-side RPC requests
+/// (while the session subscribes to them) and replies to its client-side RPC requests that came late (from a
+/// profile's webhook). Allocated on first use.
 pub struct RpcOutbox {
     signal: Arc<CloseSignal>,
     queue: Mutex<VecDeque<RpcRequest>>,
-    /// Its registration with [`crate::rpc::Rpcs`], set right after attaching.
-    pub sink: std::sync::OnceLock<SinkId>,
+    replies: Mutex<Vec<(String, Bytes)>>,
+    /// Its registration with [`crate::rpc::Rpcs`], while the session subscribes to requests.
+    pub sink: Mutex<Option<SinkId>>,
 }
 
 impl RpcOutbox {
@@ -123,13 +127,32 @@ impl RpcOutbox {
         RpcOutbox {
             signal,
             queue: Mutex::new(VecDeque::new()),
-            sink: std::sync::OnceLock::new(),
+            replies: Mutex::new(Vec::new()),
+            sink: Mutex::new(None),
         }
     }
 
-    /// Takes everything queued.
+    /// Takes the queued requests.
     pub fn drain(&self) -> VecDeque<RpcRequest> {
         std::mem::take(&mut *self.queue.lock())
+    }
+
+    /// Queues a reply to publish on `topic` and wakes the session. At most [`RPC_OUTBOX_MAX`] wait; more
+    /// are dropped (a device that floods requests and never reads gets no more answers).
+    pub fn reply(&self, topic: String, body: Bytes) {
+        let mut replies = self.replies.lock();
+        if replies.len() >= RPC_OUTBOX_MAX {
+            tracing::debug!("a session's late RPC replies overflowed; dropping one");
+            return;
+        }
+        replies.push((topic, body));
+        drop(replies);
+        self.signal.wake();
+    }
+
+    /// Takes the queued replies.
+    pub fn drain_replies(&self) -> Vec<(String, Bytes)> {
+        std::mem::take(&mut *self.replies.lock())
     }
 }
 

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use fleetwire_model::{PayloadError, Record};
 use fleetwire_mqtt::{decode, encode, reason, Packet, Protocol, PubAck, Publish, QoS};
 use tokio::io::AsyncWriteExt;
@@ -340,8 +340,32 @@ impl Conn<'_> {
                 if ack {
                     self.puback(pkid, 0);
                 }
-                if let Some((topic, body)) = answer {
-                    self.publish_to_device(topic, body);
+                match answer {
+                    Some(requests::ClientRpc::Answer(topic, body)) => {
+                        self.publish_to_device(topic, body);
+                    }
+                    Some(requests::ClientRpc::Forward {
+                        topic,
+                        method,
+                        params,
+                    }) => {
+                        // Answered later, through the session's outbox.
+                        let outbox = self.rpc_outbox();
+                        let state = self.state.clone();
+                        let (device, request_id) = (self.device_id, id.to_string());
+                        tokio::spawn(async move {
+                            let body = crate::client_rpc::answer(
+                                &state,
+                                device,
+                                &request_id,
+                                &method,
+                                params,
+                            )
+                            .await;
+                            outbox.reply(topic, Bytes::from(body.to_string()));
+                        });
+                    }
+                    None => {}
                 }
                 return None;
             }

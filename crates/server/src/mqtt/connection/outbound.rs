@@ -55,7 +55,11 @@ impl Conn<'_> {
         let Some(outbox) = &self.rpc_requests else {
             return;
         };
+        let replies = outbox.drain_replies();
         let requests = outbox.drain();
+        for (topic, body) in replies {
+            self.publish_to_device(topic, body);
+        }
         if requests.is_empty() {
             return;
         }
@@ -121,6 +125,13 @@ impl Conn<'_> {
         }
     }
 
+    /// The session's RPC outbox, created on first use.
+    pub(super) fn rpc_outbox(&mut self) -> Arc<RpcOutbox> {
+        self.rpc_requests
+            .get_or_insert_with(|| Arc::new(RpcOutbox::new(self.signal.clone())))
+            .clone()
+    }
+
     /// Attaches this session to the device's server-side RPC requests once it subscribes to them (queued
     /// requests come at once), and detaches it when it no longer subscribes to any request topic.
     fn sync_rpc_requests(&mut self) {
@@ -128,12 +139,15 @@ impl Conn<'_> {
             .subscriptions
             .iter()
             .any(|(filter, _)| topics::is_rpc_requests(filter));
-        match (wanted, self.rpc_requests.is_some()) {
+        let attached = self
+            .rpc_requests
+            .as_ref()
+            .is_some_and(|outbox| outbox.sink.lock().is_some());
+        match (wanted, attached) {
             (true, false) => {
-                let outbox = Arc::new(RpcOutbox::new(self.signal.clone()));
-                self.rpc_requests = Some(outbox.clone());
+                let outbox = self.rpc_outbox();
                 let sink = self.state.rpcs.attach(self.device_id, outbox.clone());
-                let _ = outbox.sink.set(sink);
+                *outbox.sink.lock() = Some(sink);
             }
             (false, true) => self.stop_rpc_requests(),
             _ => {}
@@ -141,9 +155,9 @@ impl Conn<'_> {
     }
 
     pub(super) fn stop_rpc_requests(&mut self) {
-        if let Some(outbox) = self.rpc_requests.take() {
-            if let Some(sink) = outbox.sink.get() {
-                self.state.rpcs.detach(self.device_id, *sink);
+        if let Some(outbox) = &self.rpc_requests {
+            if let Some(sink) = outbox.sink.lock().take() {
+                self.state.rpcs.detach(self.device_id, sink);
             }
         }
     }
