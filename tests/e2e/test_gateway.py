@@ -136,7 +136,14 @@ def test_a_customers_gateway_creates_devices_of_that_customer(server):
     try:
         name = unique("owned")
         paho.publish_ok("v1/gateway/connect", {"device": name})
-        assert device_by_name(server, name)["customerId"]["id"] == customer_id
+        first = device_by_name(server, name)
+        assert first["customerId"]["id"] == customer_id
+        # Deleted while its gateway is connected: the next message creates it again and its data lands there.
+        assert server.rest("DELETE", f"/api/device/{first['id']['id']}").status_code == 200
+        paho.publish_ok("v1/gateway/telemetry", {name: [{"ts": 1_700_000_000_000, "values": {"t": 5}}]})
+        second = device_by_name(server, name)
+        assert second["id"]["id"] != first["id"]["id"]
+        assert server.get_timeseries(second["id"]["id"], "t")["t"][0]["value"] == "5"
     finally:
         paho.close()
 

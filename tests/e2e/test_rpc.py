@@ -304,3 +304,16 @@ def test_client_side_rpc_goes_to_the_profiles_webhook(server):
         assert slow.json() == {"error": "timeout"}
     finally:
         hook.shutdown()
+
+
+def test_persistent_rpc_statuses_follow_the_device(server, device, tb_device):
+    """Persistent requests to a connected tb-mqtt-client device: a one-way one is SUCCESSFUL once the device
+    acknowledged it; a two-way one the device never answers is DELIVERED (its PUBACK came), then TIMEOUT."""
+    wait_subscribed(server, device.id)
+    oneway = rpc(server, "rpc/oneway", device.id, {"method": "blink", "params": {}, "persistent": True}).json()["rpcId"]
+    eventually(lambda: _assert_status(server, oneway, "SUCCESSFUL"))
+    silent = rpc(server, "rpc/twoway", device.id,
+                 {"method": "silent", "params": {}, "persistent": True,
+                  "expirationTime": int(time.time() * 1000) + 2000}).json()["rpcId"]
+    eventually(lambda: _assert_status(server, silent, "DELIVERED"), timeout_s=1.5)
+    eventually(lambda: _assert_status(server, silent, "TIMEOUT"), timeout_s=10)

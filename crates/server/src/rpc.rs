@@ -46,6 +46,8 @@ impl RpcRequest {
 pub enum RpcEvent {
     /// Handed to a listening MQTT session or HTTP poll.
     Delivered,
+    /// The device acknowledged it (its PUBACK; at once for QoS 0 and HTTP polls).
+    Acked,
     /// The device replied (two-way requests): its body, verbatim.
     Replied(Bytes),
 }
@@ -76,32 +78,46 @@ struct DeviceRpc {
     queued: VecDeque<Pending>,
     /// Delivered two-way requests waiting for their reply.
     sent: HashMap<i32, Pending>,
+    /// Delivered requests whose acknowledgement by the device has not come yet.
+    unacked: HashMap<i32, mpsc::Sender<RpcEvent>>,
     /// Attached sinks; requests go to the most recent one that takes them.
     sinks: Vec<(SinkId, Arc<dyn RpcSink>)>,
 }
 
 impl DeviceRpc {
     fn is_idle(&self) -> bool {
-        self.queued.is_empty() && self.sent.is_empty() && self.sinks.is_empty()
+        self.queued.is_empty()
+            && self.sent.is_empty()
+            && self.unacked.is_empty()
+            && self.sinks.is_empty()
     }
 
-    /// Tries the sinks, newest first, dropping one-shot sinks that took a request. True if delivered.
-    fn deliver(&mut self, request: &RpcRequest) -> bool {
+    /// Tries the sinks, newest first, dropping one-shot sinks that took a request. `Some(one_shot)` if
+    /// delivered.
+    fn deliver(&mut self, request: &RpcRequest) -> Option<bool> {
         for index in (0..self.sinks.len()).rev() {
             let sink = &self.sinks[index].1;
             if sink.deliver(request) {
-                if sink.is_one_shot() {
+                let one_shot = sink.is_one_shot();
+                if one_shot {
                     self.sinks.remove(index);
                 }
-                return true;
+                return Some(one_shot);
             }
         }
-        false
+        None
     }
 
-    /// A delivered request: its caller hears of it, and a two-way one waits for its reply.
-    fn delivered(&mut self, pending: Pending) {
+    /// A delivered request: its caller hears of it, and a two-way one waits for its reply. A one-shot sink
+    /// (an HTTP poll answered with it) counts as acknowledged at once.
+    fn delivered(&mut self, pending: Pending, one_shot: bool) {
         let _ = pending.events.try_send(RpcEvent::Delivered);
+        if one_shot {
+            let _ = pending.events.try_send(RpcEvent::Acked);
+        } else {
+            self.unacked
+                .insert(pending.request.id, pending.events.clone());
+        }
         if !pending.oneway {
             self.sent.insert(pending.request.id, pending);
         }
@@ -114,11 +130,11 @@ impl DeviceRpc {
                 // Its caller gave up (expired): nothing to deliver.
                 continue;
             }
-            if !self.deliver(&pending.request) {
+            let Some(one_shot) = self.deliver(&pending.request) else {
                 self.queued.push_front(pending);
                 return;
-            }
-            self.delivered(pending);
+            };
+            self.delivered(pending, one_shot);
         }
     }
 }
@@ -161,16 +177,21 @@ impl Rpcs {
         }
         let id = rpc.next_id;
         rpc.next_id = rpc.next_id.checked_add(1).unwrap_or(0);
-        let (tx, rx) = mpsc::channel(2);
+        // Delivered, Acked, Replied: room for all three.
+        let (tx, rx) = mpsc::channel(3);
         let pending = Pending {
             request: RpcRequest { id, method, params },
             oneway,
             events: tx,
         };
-        if rpc.queued.is_empty() && rpc.deliver(&pending.request) {
-            rpc.delivered(pending);
-        } else {
-            rpc.queued.push_back(pending);
+        match rpc
+            .queued
+            .is_empty()
+            .then(|| rpc.deliver(&pending.request))
+            .flatten()
+        {
+            Some(one_shot) => rpc.delivered(pending, one_shot),
+            None => rpc.queued.push_back(pending),
         }
         Ok(Submitted { id, events: rx })
     }
@@ -181,6 +202,7 @@ impl Rpcs {
         if let Some(rpc) = devices.get_mut(&device) {
             rpc.queued.retain(|p| p.request.id != id);
             rpc.sent.remove(&id);
+            rpc.unacked.remove(&id);
             if rpc.is_idle() {
                 devices.remove(&device);
             }
@@ -197,11 +219,29 @@ impl Rpcs {
         let Some(pending) = rpc.sent.remove(&id) else {
             return false;
         };
+        // A reply means it arrived, acknowledged or not.
+        if rpc.unacked.remove(&id).is_some() {
+            let _ = pending.events.try_send(RpcEvent::Acked);
+        }
         let _ = pending.events.try_send(RpcEvent::Replied(body));
         if rpc.is_idle() {
             devices.remove(&device);
         }
         true
+    }
+
+    /// The device acknowledged request `id` (the PUBACK of its PUBLISH, or at once for QoS 0).
+    pub fn acked(&self, device: Uuid, id: i32) {
+        let mut devices = self.devices.lock();
+        let Some(rpc) = devices.get_mut(&device) else {
+            return;
+        };
+        if let Some(events) = rpc.unacked.remove(&id) {
+            let _ = events.try_send(RpcEvent::Acked);
+        }
+        if rpc.is_idle() {
+            devices.remove(&device);
+        }
     }
 
     /// Attaches a sink (a session that subscribed, a poll); queued requests go to it at once.
@@ -336,6 +376,8 @@ mod tests {
         assert_eq!(ids(&sink), [0, 1], "delivered in order on attach");
         assert_eq!(first.events.try_recv().unwrap(), RpcEvent::Delivered);
         assert_eq!(second.events.try_recv().unwrap(), RpcEvent::Delivered);
+        rpcs.acked(device, second.id);
+        assert_eq!(second.events.try_recv().unwrap(), RpcEvent::Acked);
         assert_eq!(
             sink.got.lock()[0].mqtt_body(),
             Bytes::from(r#"{"method":"setGpio","params":{"pin":1}}"#)
@@ -346,6 +388,11 @@ mod tests {
             "one-way: no reply awaited"
         );
         assert!(rpcs.reply(device, 0, Bytes::from(r#"{"ok":true}"#)));
+        assert_eq!(
+            first.events.try_recv().unwrap(),
+            RpcEvent::Acked,
+            "a reply without a PUBACK before it still means it arrived"
+        );
         assert_eq!(
             first.events.try_recv().unwrap(),
             RpcEvent::Replied(Bytes::from(r#"{"ok":true}"#))

@@ -203,6 +203,7 @@ async fn call(
                     return Ok(StatusCode::OK.into_response());
                 }
             }
+            Ok(Some(RpcEvent::Acked)) => {}
             Ok(Some(RpcEvent::Replied(reply))) => return Ok(reply_response(reply)),
             // The device was deleted meanwhile.
             Ok(None) => {

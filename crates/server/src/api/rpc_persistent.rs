@@ -1,7 +1,8 @@
 //! Persistent server-side RPC (reference 4.7): `"persistent": true` stores the request and answers
 //! `{"rpcId": …}` at once; a task per request follows its delivery and reply and records the status
-//! (QUEUED → SENT → SUCCESSFUL, or EXPIRED when no session took it in time, TIMEOUT when the device did not
-//! answer; a one-way request is SUCCESSFUL once delivered). `GET /api/rpc/persistent/{rpcId}`,
+//! (QUEUED → SENT when published → DELIVERED when the device acknowledged it → SUCCESSFUL with its reply, or
+//! EXPIRED when no session took it in time, TIMEOUT when the device did not answer; a one-way request is
+//! SUCCESSFUL once acknowledged). `GET /api/rpc/persistent/{rpcId}`,
 //! `GET /api/rpc/persistent/device/{deviceId}` and `DELETE /api/rpc/persistent/{rpcId}` read and remove
 //! them. Unfinished requests are resumed when the server starts.
 
@@ -93,12 +94,11 @@ fn follow(state: &AppState, rpc: PersistentRpc) -> Result<(), SubmitError> {
                 match tokio::time::timeout_at(deadline, submitted.events.recv()).await {
                     Ok(Some(RpcEvent::Delivered)) => {
                         delivered = true;
-                        if rpc.oneway {
-                            (RpcStatus::Successful, None)
-                        } else {
-                            (RpcStatus::Sent, None)
-                        }
+                        (RpcStatus::Sent, None)
                     }
+                    // A one-way request is done once the device has it.
+                    Ok(Some(RpcEvent::Acked)) if rpc.oneway => (RpcStatus::Successful, None),
+                    Ok(Some(RpcEvent::Acked)) => (RpcStatus::Delivered, None),
                     Ok(Some(RpcEvent::Replied(body))) => {
                         // Stored as JSON when it is, as a JSON string otherwise.
                         let response = serde_json::from_slice(&body).unwrap_or_else(|_| {

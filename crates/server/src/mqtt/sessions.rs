@@ -118,6 +118,8 @@ pub struct RpcOutbox {
     signal: Arc<CloseSignal>,
     queue: Mutex<VecDeque<RpcRequest>>,
     replies: Mutex<Vec<(String, Bytes)>>,
+    /// (packet id, request id) of published requests awaiting their PUBACK.
+    in_flight: Mutex<Vec<(u16, i32)>>,
     /// Its registration with [`crate::rpc::Rpcs`], while the session subscribes to requests.
     pub sink: Mutex<Option<SinkId>>,
 }
@@ -128,6 +130,7 @@ impl RpcOutbox {
             signal,
             queue: Mutex::new(VecDeque::new()),
             replies: Mutex::new(Vec::new()),
+            in_flight: Mutex::new(Vec::new()),
             sink: Mutex::new(None),
         }
     }
@@ -148,6 +151,23 @@ impl RpcOutbox {
         replies.push((topic, body));
         drop(replies);
         self.signal.wake();
+    }
+
+    /// Remembers that request `id` went out as packet `pkid`.
+    pub fn sent(&self, pkid: u16, id: i32) {
+        let mut in_flight = self.in_flight.lock();
+        // Bounded like the queue: a device that never acknowledges does not grow it.
+        if in_flight.len() >= RPC_OUTBOX_MAX {
+            in_flight.remove(0);
+        }
+        in_flight.push((pkid, id));
+    }
+
+    /// The request that packet `pkid` carried, if it was one.
+    pub fn acked(&self, pkid: u16) -> Option<i32> {
+        let mut in_flight = self.in_flight.lock();
+        let index = in_flight.iter().position(|(p, _)| *p == pkid)?;
+        Some(in_flight.remove(index).1)
     }
 
     /// Takes the queued replies.

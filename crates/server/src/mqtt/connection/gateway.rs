@@ -200,8 +200,16 @@ impl Conn<'_> {
         let state = self.state;
         let gateway = self.gateway_state()?;
         if let Some(device) = gateway.devices.get(name) {
-            return Ok(device.id);
+            if state.entities.device_auth(device.id).is_some() {
+                return Ok(device.id);
+            }
+            // Deleted while connected: it is created again, as on first use.
+            if let Some(gone) = gateway.devices.remove(name) {
+                state.ingest.events().unsubscribe(gone.id, gone.attributes);
+                state.rpcs.detach(gone.id, gone.rpc);
+            }
         }
+        let gateway = self.gateway_state()?;
         let tenant_id = gateway.tenant_id;
         let create = || {
             state
@@ -429,7 +437,8 @@ impl Conn<'_> {
         if pushes.is_empty() {
             return;
         }
-        let mut rpc = false;
+        // RPC requests handed to the gateway count as acknowledged: its PUBACK is for the whole message.
+        let mut delivered = Vec::new();
         for (name, push) in pushes {
             let (topic, body) = match push {
                 Push::Attributes(body) => {
@@ -440,14 +449,23 @@ impl Conn<'_> {
                     )
                 }
                 Push::Rpc(request) => {
-                    rpc = true;
+                    delivered.push((name.clone(), request.id));
                     let data = json!({"id": request.id, "method": request.method, "params": request.params});
                     ("v1/gateway/rpc", json!({"device": &*name, "data": data}))
                 }
             };
-            self.publish_to_device(topic.into(), Bytes::from(body.to_string()));
+            let _ = self.publish_to_device(topic.into(), Bytes::from(body.to_string()));
         }
-        if rpc {
+        for (name, id) in &delivered {
+            if let Some(device) = self
+                .gateway_state
+                .as_ref()
+                .and_then(|g| g.devices.get(&**name))
+            {
+                self.state.rpcs.acked(device.id, *id);
+            }
+        }
+        if !delivered.is_empty() {
             // Room again for requests that waited in the sub-devices' queues.
             let ids: Vec<Uuid> = self
                 .gateway_state

@@ -300,8 +300,14 @@ impl Conn<'_> {
                 None
             }
             Packet::Disconnect(_) => Some(End::Client),
-            // Acknowledgements of our own QoS 1 publishes: nothing is waiting for them yet.
-            Packet::PubAck(_) | Packet::PubRec(_) | Packet::PubComp(_) => None,
+            // Acknowledgements of our own QoS 1 publishes: a server-side RPC request's tells its caller.
+            Packet::PubAck(ack) => {
+                if let Some(id) = self.rpc_requests.as_ref().and_then(|o| o.acked(ack.pkid)) {
+                    self.state.rpcs.acked(self.device_id, id);
+                }
+                None
+            }
+            Packet::PubRec(_) | Packet::PubComp(_) => None,
             Packet::PubRel(rel) => {
                 self.send(Packet::PubComp(PubAck {
                     pkid: rel.pkid,

@@ -16,7 +16,8 @@ use crate::ingest::events::Update;
 
 impl Conn<'_> {
     /// Publishes to the device with the QoS of its matching subscription (QoS 1 if none matches).
-    pub(super) fn publish_to_device(&mut self, topic: String, payload: Bytes) {
+    /// Returns the packet id of a QoS 1 publish (`None` at QoS 0).
+    pub(super) fn publish_to_device(&mut self, topic: String, payload: Bytes) -> Option<u16> {
         let qos = self
             .subscriptions
             .iter()
@@ -29,9 +30,7 @@ impl Conn<'_> {
             self.next_pkid = self.next_pkid.checked_add(1).unwrap_or(1);
             pkid
         };
-        let Ok(topic) = fleetwire_mqtt::Topic::try_from(topic) else {
-            return;
-        };
+        let topic = fleetwire_mqtt::Topic::try_from(topic).ok()?;
         self.send(Packet::Publish(Publish {
             dup: false,
             qos,
@@ -41,6 +40,7 @@ impl Conn<'_> {
             payload,
             properties: Default::default(),
         }));
+        (qos != QoS::AtMostOnce).then_some(pkid)
     }
 
     /// Publishes what was queued for this device: server-side RPC requests, SHARED attribute updates.
@@ -52,13 +52,13 @@ impl Conn<'_> {
 
     /// Publishes the queued RPC requests on `…/request/{id}` of the topic family it subscribed with.
     fn publish_rpc_requests(&mut self) {
-        let Some(outbox) = &self.rpc_requests else {
+        let Some(outbox) = self.rpc_requests.clone() else {
             return;
         };
         let replies = outbox.drain_replies();
         let requests = outbox.drain();
         for (topic, body) in replies {
-            self.publish_to_device(topic, body);
+            let _ = self.publish_to_device(topic, body);
         }
         if requests.is_empty() {
             return;
@@ -74,7 +74,11 @@ impl Conn<'_> {
             return;
         };
         for request in requests {
-            self.publish_to_device(format!("{prefix}{}", request.id), request.mqtt_body());
+            match self.publish_to_device(format!("{prefix}{}", request.id), request.mqtt_body()) {
+                Some(pkid) => outbox.sent(pkid, request.id),
+                // QoS 0: nothing will acknowledge it.
+                None => self.state.rpcs.acked(self.device_id, request.id),
+            }
         }
         // The outbox has room again for what waits in the device's queue.
         self.state.rpcs.retry(self.device_id);
