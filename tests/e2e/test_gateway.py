@@ -148,6 +148,29 @@ def test_a_customers_gateway_creates_devices_of_that_customer(server):
         paho.close()
 
 
+def test_overwrite_activity_time_makes_gateway_pings_count_for_its_devices(server):
+    import raw_mqtt
+
+    token = unique("GW_PING")
+    resp = server.rest("POST", "/api/device", params={"accessToken": token},
+                       json={"name": unique("ping-gateway"),
+                             "additionalInfo": {"gateway": True, "overwriteActivityTime": True}})
+    assert resp.status_code == 200, resp.text
+    name = unique("pinged")
+    with raw_mqtt.RawClient(server.host, server.mqtt_port) as client:
+        client.send(raw_mqtt.connect(4, unique("gw")[:20], username=token))
+        assert raw_mqtt.connack_code(client.read_packet()) == 0
+        client.send(raw_mqtt.publish(4, "v1/gateway/connect", json.dumps({"device": name}), qos=1, packet_id=1))
+        assert client.read_packet().name == "PUBACK"
+        device_id = device_by_name(server, name)["id"]["id"]
+        first = _server_attribute(server, device_id, "lastActivityTime")
+        assert first is not None
+        time.sleep(0.3)
+        client.send(raw_mqtt.packet(12, 0, b""))  # PINGREQ
+        assert client.read_packet().name == "PINGRESP"
+        eventually(lambda: _assert(_server_attribute(server, device_id, "lastActivityTime") > first, "no refresh"))
+
+
 def test_metadata_is_stripped_and_failures_answer_as_the_reference_says(server):
     gateway_id, token = create_gateway(server)
     paho = PahoDevice(server.host, server.mqtt_port, token, protocol="5")

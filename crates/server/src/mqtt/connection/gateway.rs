@@ -29,6 +29,8 @@ use crate::rpc::{RpcRequest, RpcSink, SinkId};
 /// What a gateway connection knows beyond a device's: its tenant and its connected sub-devices.
 pub(super) struct GatewayState {
     tenant_id: Uuid,
+    /// `additionalInfo.overwriteActivityTime`: the gateway's PINGREQs count as activity of its devices.
+    overwrite_activity: bool,
     devices: HashMap<String, SubDevice>,
     outbox: Arc<GatewayOutbox>,
 }
@@ -180,8 +182,22 @@ impl Conn<'_> {
                 .device_auth(self.device_id)
                 .map(|auth| auth.tenant_id)
                 .ok_or_else(|| GatewayRefusal::Unavailable("the gateway was deleted".into()))?;
+            // Read once per connection, when the gateway first uses the gateway API.
+            let overwrite_activity = self
+                .state
+                .entities
+                .device_by_id(self.device_id)
+                .ok()
+                .flatten()
+                .and_then(|d| d.additional_info)
+                .and_then(|info| {
+                    info.get("overwriteActivityTime")
+                        .and_then(JsonValue::as_bool)
+                })
+                .unwrap_or(false);
             self.gateway_state = Some(Box::new(GatewayState {
                 tenant_id,
+                overwrite_activity,
                 devices: HashMap::new(),
                 outbox: Arc::new(GatewayOutbox {
                     signal: self.signal.clone(),
@@ -275,6 +291,22 @@ impl Conn<'_> {
         state
             .activity
             .disconnected(&state.ingest, device.id, now_ms(), None);
+    }
+
+    /// A PINGREQ from a gateway with `overwriteActivityTime`: its connected devices are active too.
+    pub(super) fn gateway_ping(&self) {
+        let Some(gateway) = self.gateway_state.as_deref() else {
+            return;
+        };
+        if !gateway.overwrite_activity {
+            return;
+        }
+        let now = now_ms();
+        for device in gateway.devices.values() {
+            self.state
+                .activity
+                .uplink(&self.state.ingest, device.id, now);
+        }
     }
 
     /// The connection ends: every sub-device's session ends with it.

@@ -297,6 +297,7 @@ impl Conn<'_> {
             }
             Packet::PingReq => {
                 self.send(Packet::PingResp);
+                self.gateway_ping();
                 None
             }
             Packet::Disconnect(_) => Some(End::Client),

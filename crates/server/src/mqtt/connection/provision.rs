@@ -18,7 +18,7 @@ use crate::AppState;
 
 const REQUEST_TOPIC: &str = "/provision/request";
 const RESPONSE_TOPIC: &str = "/provision/response";
-/// How long the session stays open after it was answered, or while it asks nothing.
+/// How long the session stays open after it was answered, or after it connected while it asks nothing.
 const SESSION_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub(super) async fn serve(
@@ -30,7 +30,7 @@ pub(super) async fn serve(
     peer: SocketAddr,
 ) {
     let v5 = protocol == Protocol::V5;
-    let deadline = tokio::time::Instant::now() + SESSION_TIMEOUT;
+    let mut deadline = tokio::time::Instant::now() + SESSION_TIMEOUT;
     let mut response_qos = None;
     let mut out = BytesMut::new();
     loop {
@@ -93,6 +93,8 @@ pub(super) async fn serve(
                         return;
                     }
                     let answer = crate::provision::provision(state, &publish.payload).await;
+                    // Closed 60 s after the answer, as ThingsBoard does.
+                    deadline = tokio::time::Instant::now() + SESSION_TIMEOUT;
                     let qos = response_qos.unwrap_or(QoS::AtLeastOnce);
                     let Ok(topic) = Topic::try_from(RESPONSE_TOPIC.to_string()) else {
                         return;
