@@ -97,6 +97,10 @@ def test_a_customer_user_is_activated_and_sees_only_its_devices(server):
     page = get(f"/api/customer/{customer_id}/devices", pageSize=10, page=0).json()
     assert [d["id"]["id"] for d in page["data"]] == [mine.id]
     assert get("/api/tenant/devices", pageSize=10, page=0).status_code == 403
+    # Its customer's attributes (what CURRENT_CUSTOMER alarm thresholds read): readable, not writable.
+    base = f"{server.base_url}/api/plugins/telemetry/CUSTOMER/{customer_id}"
+    assert get(f"/api/plugins/telemetry/CUSTOMER/{customer_id}/values/attributes/SERVER_SCOPE").status_code == 200
+    assert customer.post(f"{base}/attributes/SERVER_SCOPE", json={"maxTemp": 99}, timeout=10).status_code == 403
     rpc = customer.post(f"{server.base_url}/api/rpc/oneway/{theirs.id}", json={"method": "m", "params": {}}, timeout=10)
     assert rpc.status_code == 403
     rpc = customer.post(f"{server.base_url}/api/rpc/oneway/{mine.id}",

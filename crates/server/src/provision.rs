@@ -56,6 +56,13 @@ pub async fn provision(state: &AppState, body: &[u8]) -> JsonValue {
         }
     };
     let name = text("deviceName");
+    // Pre-provisioned devices are handed out one request at a time, from the check until provisionState is
+    // durable, so two racing requests cannot both get the same device.
+    let _one_at_a_time = if profile.provision_type == "CHECK_PRE_PROVISIONED_DEVICES" {
+        Some(PRE_PROVISIONED.lock().await)
+    } else {
+        None
+    };
     let outcome = match profile.provision_type.as_str() {
         "ALLOW_CREATE_NEW_DEVICES" => {
             let credentials = match requested_credentials(&text) {
@@ -160,7 +167,6 @@ async fn create(
 }
 
 async fn pre_provisioned(state: &AppState, profile: &DeviceProfile, name: &str) -> Outcome {
-    let _one_at_a_time = PRE_PROVISIONED.lock().await;
     let (tenant, profile_id, name) = (profile.tenant_id, profile.id, name.to_string());
     let entities = state.entities.clone();
     let found = blocking(move || {

@@ -2,7 +2,8 @@
 //! session subscribed to `v1/devices/me/rpc/request/+` (or `v2/r/req/+`) or to an HTTP long-poll on
 //! `/api/v1/{token}/rpc`, and the device's reply handed back to the waiting REST call.
 //!
-//! Each device has a sequence of request ids starting at 0, like a ThingsBoard device actor. A request for a
+//! Request ids come from one sequence for the whole server (ThingsBoard numbers them per device actor; devices
+//! only echo them). A request for a
 //! device that nobody listens for waits in the device's queue until it expires, and is delivered as soon as
 //! the device subscribes or polls ("BURST"). A delivered two-way request waits for the reply under its id.
 //! Everything here is in memory and bounded per device; the REST call owns the request's lifetime and
@@ -73,7 +74,6 @@ struct Pending {
 
 #[derive(Default)]
 struct DeviceRpc {
-    next_id: i32,
     /// Not delivered yet, oldest first.
     queued: VecDeque<Pending>,
     /// Delivered two-way requests waiting for their reply.
@@ -150,6 +150,9 @@ pub enum SubmitError {
 #[derive(Default)]
 pub struct Rpcs {
     devices: Mutex<HashMap<Uuid, DeviceRpc>>,
+    /// Request ids, from one sequence for all devices: a device's state is dropped when it has none, and
+    /// a per-device sequence would then start over and give a late reply to a new request of the same id.
+    next_id: std::sync::atomic::AtomicU32,
     next_sink: std::sync::atomic::AtomicU64,
     /// The tasks following persistent requests, by request id, so a delete stops them.
     persistent: Mutex<HashMap<Uuid, tokio::task::AbortHandle>>,
@@ -175,8 +178,11 @@ impl Rpcs {
         if rpc.queued.len() + rpc.sent.len() >= PENDING_MAX {
             return Err(SubmitError::TooMany);
         }
-        let id = rpc.next_id;
-        rpc.next_id = rpc.next_id.checked_add(1).unwrap_or(0);
+        // Non-negative, wrapping after 2^31 requests.
+        let id = (self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            & 0x7fff_ffff) as i32;
         // Delivered, Acked, Replied: room for all three.
         let (tx, rx) = mpsc::channel(3);
         let pending = Pending {

@@ -28,9 +28,10 @@ async fn entity_of(
     user: &CurrentUser,
     entity_type: &str,
     entity_id: &str,
+    writing: bool,
 ) -> Result<uuid::Uuid, ApiError> {
     if entity_type == "CUSTOMER" {
-        return customer_of(state, user, entity_id).await;
+        return customer_of(state, user, entity_id, writing).await;
     }
     if entity_type != "TENANT" {
         return device_of(state, user, entity_type, entity_id).await;
@@ -44,12 +45,14 @@ async fn entity_of(
         Err(ApiError::forbidden())
     }
 }
-/// A customer whose attributes the caller may use: its tenant's administrator or one of its users (what
-/// CURRENT_CUSTOMER dynamic values in alarm rules read).
+/// A customer whose attributes the caller may use: its tenant's administrator, or one of its users for
+/// reading only (they are what CURRENT_CUSTOMER dynamic values in alarm rules read: a customer must not be
+/// able to move its own alarm thresholds).
 async fn customer_of(
     state: &AppState,
     user: &CurrentUser,
     entity_id: &str,
+    writing: bool,
 ) -> Result<uuid::Uuid, ApiError> {
     let id = uuid::Uuid::parse_str(entity_id)
         .map_err(|_| ApiError::bad_request(format!("Invalid UUID string: {entity_id}")))?;
@@ -58,7 +61,7 @@ async fn customer_of(
         .ok_or_else(|| ApiError::not_found(format!("Customer with id [{id}] is not found")))?;
     let allowed = match user.authority {
         fleetwire_entities::Authority::TenantAdmin => customer.tenant_id == user.tenant_id,
-        fleetwire_entities::Authority::CustomerUser => user.customer_id == id,
+        fleetwire_entities::Authority::CustomerUser => !writing && user.customer_id == id,
         fleetwire_entities::Authority::SysAdmin => false,
     };
     if allowed {
@@ -139,7 +142,7 @@ async fn save(
     scope: &str,
     body: &[u8],
 ) -> Result<Response, ApiError> {
-    let device = entity_of(state, user, entity_type, entity_id).await?;
+    let device = entity_of(state, user, entity_type, entity_id, true).await?;
     let scope = writable_scope(scope)?;
     let kvs = attributes_body(body)?;
     let record = Record::Attributes {
@@ -159,7 +162,7 @@ async fn delete(
     scope: &str,
     query: Option<&str>,
 ) -> Result<Response, ApiError> {
-    let device = entity_of(state, user, entity_type, entity_id).await?;
+    let device = entity_of(state, user, entity_type, entity_id, true).await?;
     let scope = scopes(Some(scope))?[0];
     let keys = query_keys(query);
     if keys.is_empty() {
@@ -244,7 +247,7 @@ async fn read(
     scope: Option<&str>,
     keys: &[&str],
 ) -> Result<Vec<Attribute>, ApiError> {
-    let device = entity_of(state, user, entity_type, entity_id).await?;
+    let device = entity_of(state, user, entity_type, entity_id, false).await?;
     let scopes = scopes(scope)?;
     state.ingest.caught_up(device, CATCH_UP_TIMEOUT).await;
     Ok(scopes

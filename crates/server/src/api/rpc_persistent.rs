@@ -58,9 +58,16 @@ pub(super) async fn submit(
     };
     let stored = rpc.clone();
     blocking(state, move |e| Ok(e.insert_rpc(&stored)?)).await?;
-    follow(state, rpc.clone()).map_err(|e| {
-        ApiError::json(axum::http::StatusCode::TOO_MANY_REQUESTS, 33, e.to_string())
-    })?;
+    if let Err(e) = follow(state, rpc.clone()) {
+        // Refused: it must not run after a restart either.
+        let (tenant, id) = (rpc.tenant_id, rpc.id);
+        blocking(state, move |e| Ok(e.delete_rpc(tenant, id)?)).await?;
+        return Err(ApiError::json(
+            axum::http::StatusCode::TOO_MANY_REQUESTS,
+            33,
+            e.to_string(),
+        ));
+    }
     Ok(json!({ "rpcId": rpc.id }))
 }
 
@@ -75,16 +82,16 @@ fn follow(state: &AppState, rpc: PersistentRpc) -> Result<(), SubmitError> {
     let (device, request_id, rpc_id) = (rpc.device_id, submitted.id, rpc.id);
     let wait = Duration::from_millis(u64::try_from(rpc.expiration_time - now_ms()).unwrap_or(0));
     let (tracked_tx, tracked) = tokio::sync::oneshot::channel::<()>();
-    let task_state = state.clone();
+    // However the task ends (also aborted by a delete before it first ran), the request leaves the device's
+    // queue and the task is forgotten; it starts only once it is tracked, so it cannot end before.
+    let done = Done {
+        state: state.clone(),
+        device,
+        request_id,
+        rpc_id,
+    };
     let task = tokio::spawn(async move {
-        // However the task ends (also aborted by a delete), the request leaves the device's queue and the
-        // task is forgotten; it starts only once it is tracked, so it cannot end before.
-        let _done = Done {
-            state: task_state,
-            device,
-            request_id,
-            rpc_id,
-        };
+        let _done = done;
         let _ = tracked.await;
         let state = &_done.state;
         let deadline = tokio::time::Instant::now() + wait;

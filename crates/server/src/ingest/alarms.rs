@@ -9,7 +9,8 @@
 //! the evaluator sees them through an overlay on the store's active alarms) until the batch is 100 ms
 //! old, the processor has caught up with the log, a device event arrives, or the log is checkpointed.
 //! Each batch is one transaction that also moves the partition's watermark, the log offset below which
-//! records have had their transitions written. A replay after a crash evaluates the records below the
+//! records have had their transitions written. A batch that cannot be written stays pending and is retried,
+//! and the log is not checkpointed past it meanwhile. A replay after a crash evaluates the records below the
 //! watermark again, to rebuild the rule state, but writes nothing they cause: an alarm a user cleared
 //! after it was raised is not raised again, and none is raised twice.
 //!
@@ -129,7 +130,9 @@ impl AlarmRules {
     /// The processor (re)starts reading the log at `from`: writes what an earlier run left pending and
     /// reads how far transitions were written before.
     pub fn start(&mut self, from: u64) -> Result<(), EntityError> {
-        self.flush();
+        // What an earlier run could not write is replayed from the log instead.
+        self.pending.clear();
+        self.overlay.clear();
         self.watermark = self.entities.rule_watermark(self.partition)?;
         self.position = from;
         self.replayed = false;
@@ -149,28 +152,35 @@ impl AlarmRules {
 
     /// Writes the pending transitions if the oldest is [`BATCH_AGE_MAX_MS`] old.
     pub fn flush_if_due(&mut self, now: i64) {
-        if !self.pending.is_empty() && now - self.pending_since >= BATCH_AGE_MAX_MS {
-            self.flush();
+        if !self.pending.is_empty() && now - self.pending_since >= BATCH_AGE_MAX_MS && !self.flush()
+        {
+            // Not again for another batch age.
+            self.pending_since = now;
         }
     }
 
-    /// Writes the pending transitions in one transaction with the watermark. On failure they are lost
-    /// here but not for good: the watermark did not move, so a restart's replay makes them again.
-    pub fn flush(&mut self) {
+    /// Writes the pending transitions in one transaction with the watermark. On failure they stay pending
+    /// (and the overlay with them) and are tried again at the next flush; the caller must not checkpoint the
+    /// log past them meanwhile, so even a crash before the retry replays them. Returns whether nothing is
+    /// pending any more.
+    pub fn flush(&mut self) -> bool {
         if self.pending.is_empty() {
-            return;
+            return true;
         }
-        let writes = std::mem::take(&mut self.pending);
-        self.overlay.clear();
-        if let Err(e) = self
+        match self
             .entities
-            .write_rule_batch(self.partition, self.position, &writes)
+            .write_rule_batch(self.partition, self.position, &self.pending)
         {
-            tracing::warn!(partition = self.partition, transitions = writes.len(), error = %e, "cannot write alarm transitions");
+            Ok(_) => {
+                self.pending.clear();
+                self.overlay.clear();
+                true
+            }
+            Err(e) => {
+                tracing::warn!(partition = self.partition, transitions = self.pending.len(), error = %e, "cannot write alarm transitions; retrying at the next flush");
+                false
+            }
         }
-        // Reuse the allocation.
-        self.pending = writes;
-        self.pending.clear();
     }
 
     /// The parsed alarm rules of a profile; a profile whose rules do not parse has none (and says so once).

@@ -126,10 +126,10 @@ impl Processor {
             self.alarms.at_event();
             self.alarms.tick(&self.tsdb, &self.attributes, now);
             // Caught up, or about to checkpoint: what the records caused is written before the log
-            // may be trimmed past them.
-            self.alarms.flush();
+            // may be trimmed past them; while it cannot be written, the log is not trimmed.
+            let alarms_written = self.alarms.flush();
             let stopping = self.shutdown.load(Ordering::Acquire);
-            if stopping || last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL {
+            if alarms_written && (stopping || last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL) {
                 let now = Instant::now();
                 history.push_back((now, offset));
                 let mut aged = start;

@@ -111,6 +111,9 @@ impl Subscriber for Outbox {
 /// has written these.
 pub const RPC_OUTBOX_MAX: usize = 64;
 
+/// Most client-side RPC requests of one session that may wait for a webhook at once.
+pub const FORWARDS_MAX: usize = 16;
+
 /// What waits to be published to one MQTT session besides SHARED attribute updates: server-side RPC requests
 /// (while the session subscribes to them) and replies to its client-side RPC requests that came late (from a
 /// profile's webhook). Allocated on first use.
@@ -120,6 +123,8 @@ pub struct RpcOutbox {
     replies: Mutex<Vec<(String, Bytes)>>,
     /// (packet id, request id) of published requests awaiting their PUBACK.
     in_flight: Mutex<Vec<(u16, i32)>>,
+    /// Client-side RPC requests of this session being answered by a webhook.
+    forwards: AtomicUsize,
     /// Its registration with [`crate::rpc::Rpcs`], while the session subscribes to requests.
     pub sink: Mutex<Option<SinkId>>,
 }
@@ -131,6 +136,7 @@ impl RpcOutbox {
             queue: Mutex::new(VecDeque::new()),
             replies: Mutex::new(Vec::new()),
             in_flight: Mutex::new(Vec::new()),
+            forwards: AtomicUsize::new(0),
             sink: Mutex::new(None),
         }
     }
@@ -151,6 +157,21 @@ impl RpcOutbox {
         replies.push((topic, body));
         drop(replies);
         self.signal.wake();
+    }
+
+    /// Counts one more client-side RPC request being answered elsewhere; false (and nothing counted) when
+    /// [`FORWARDS_MAX`] already are, so a device cannot make the server hold unbounded work.
+    pub fn start_forward(&self) -> bool {
+        self.forwards
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < FORWARDS_MAX).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// One forwarded request was answered.
+    pub fn end_forward(&self) {
+        self.forwards.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Remembers that request `id` went out as packet `pkid`.

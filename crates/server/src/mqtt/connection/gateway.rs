@@ -497,8 +497,9 @@ impl Conn<'_> {
                 self.state.rpcs.acked(device.id, *id);
             }
         }
-        if !delivered.is_empty() {
-            // Room again for requests that waited in the sub-devices' queues.
+        {
+            // Room again for requests that waited in the sub-devices' queues (also when only attribute
+            // updates filled the outbox).
             let ids: Vec<Uuid> = self
                 .gateway_state
                 .as_ref()

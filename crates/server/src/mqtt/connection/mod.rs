@@ -356,8 +356,14 @@ impl Conn<'_> {
                         method,
                         params,
                     }) => {
-                        // Answered later, through the session's outbox.
+                        // Answered later, through the session's outbox; a few at a time.
                         let outbox = self.rpc_outbox();
+                        if !outbox.start_forward() {
+                            let body =
+                                serde_json::json!({"error": "Too many RPC requests in progress"});
+                            self.publish_to_device(topic, Bytes::from(body.to_string()));
+                            return None;
+                        }
                         let state = self.state.clone();
                         let (device, request_id) = (self.device_id, id.to_string());
                         tokio::spawn(async move {
@@ -369,6 +375,7 @@ impl Conn<'_> {
                                 params,
                             )
                             .await;
+                            outbox.end_forward();
                             outbox.reply(topic, Bytes::from(body.to_string()));
                         });
                     }
