@@ -59,28 +59,38 @@ impl Entities {
     }
 
     /// Activates the user of `token` with `password`; the token is used up. NotFound for an unknown token.
+    /// One transaction: of two racing activations with the same token, one wins.
     pub fn activate_user(&self, token: &str, password: &str) -> Result<User, EntityError> {
+        let hash = crate::password::hash_password(password)?;
         let user_id = self.with_conn(|conn| {
-            let id: Option<String> = conn
+            let tx = conn.transaction()?;
+            let id: Option<String> = tx
                 .query_row(
                     "SELECT user_id FROM user_activation WHERE token = ?1",
                     [token],
                     |r| r.get(0),
                 )
                 .optional()?;
-            id.ok_or_else(|| {
+            let id = id.ok_or_else(|| {
                 EntityError::NotFound("Unable to find user credentials by activateToken".into())
-            })
+            })?;
+            tx.execute("DELETE FROM user_activation WHERE token = ?1", [token])?;
+            let changed = tx.execute(
+                "UPDATE tb_user SET password_hash = ?1 WHERE id = ?2",
+                params![hash, id],
+            )?;
+            if changed == 0 {
+                return Err(EntityError::NotFound(format!(
+                    "User with id [{id}] is not found"
+                )));
+            }
+            tx.commit()?;
+            Ok(id)
         })?;
         let user_id = Uuid::parse_str(&user_id).map_err(|e| EntityError::Corrupt {
             table: "user_activation",
             id: user_id.clone(),
             reason: e.to_string(),
-        })?;
-        self.set_password(user_id, password)?;
-        self.with_conn(|conn| {
-            conn.execute("DELETE FROM user_activation WHERE token = ?1", [token])?;
-            Ok(())
         })?;
         self.user(user_id)?
             .ok_or_else(|| EntityError::not_found("User", user_id))

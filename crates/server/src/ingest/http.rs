@@ -53,9 +53,18 @@ async fn rpc_poll(
         device: device.device_id,
         sink: sink_id,
     };
-    match tokio::time::timeout(long_poll_wait(&poll), request).await {
+    let mut request = request;
+    match tokio::time::timeout(long_poll_wait(&poll), &mut request).await {
         Ok(Ok(request)) => Json(request.http_body()).into_response(),
-        _ => StatusCode::REQUEST_TIMEOUT.into_response(),
+        _ => {
+            // Closed first, then checked once more: a request handed over as the wait ended is answered
+            // rather than lost (a later one finds the poll closed and stays queued).
+            request.close();
+            match request.try_recv() {
+                Ok(request) => Json(request.http_body()).into_response(),
+                Err(_) => StatusCode::REQUEST_TIMEOUT.into_response(),
+            }
+        }
     }
 }
 
