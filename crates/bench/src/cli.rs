@@ -33,16 +33,8 @@ pub enum BenchCommand {
     },
     /// Query latency: one day of 1 s data for one key, read back as 1-minute averages.
     Query {
-        #[arg(long, default_value = "127.0.0.1")]
-        host: String,
-        #[arg(long, default_value_t = 1883)]
-        mqtt_port: u16,
-        #[arg(long, default_value_t = 8080)]
-        http_port: u16,
-        #[arg(long, default_value = "tenant@thingsboard.org")]
-        username: String,
-        #[arg(long, default_value = "tenant")]
-        password: String,
+        #[command(flatten)]
+        server: ServerArgs,
         /// Device that holds the data (created if missing).
         #[arg(long, default_value = "DWQUERY0")]
         device: String,
@@ -58,16 +50,8 @@ pub enum BenchCommand {
     },
     /// REST two-way RPC round trip to one connected MQTT device that answers at once.
     Rpc {
-        #[arg(long, default_value = "127.0.0.1")]
-        host: String,
-        #[arg(long, default_value_t = 1883)]
-        mqtt_port: u16,
-        #[arg(long, default_value_t = 8080)]
-        http_port: u16,
-        #[arg(long, default_value = "tenant@thingsboard.org")]
-        username: String,
-        #[arg(long, default_value = "tenant")]
-        password: String,
+        #[command(flatten)]
+        server: ServerArgs,
         /// The answering device (created if missing).
         #[arg(long, default_value = "DWRPC0")]
         device: String,
@@ -78,6 +62,31 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// The server a `query` or `rpc` benchmark talks to, and the tenant administrator it logs in as.
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    #[arg(long, default_value_t = 1883)]
+    pub mqtt_port: u16,
+    #[arg(long, default_value_t = 8080)]
+    pub http_port: u16,
+    #[arg(long, default_value = "tenant@thingsboard.org")]
+    pub username: String,
+    #[arg(long, default_value = "tenant")]
+    pub password: String,
+}
+
+impl ServerArgs {
+    fn http_addr(&self) -> Result<SocketAddr> {
+        socket_addr(&self.host, self.http_port)
+    }
+
+    fn mqtt_addr(&self) -> Result<SocketAddr> {
+        socket_addr(&self.host, self.mqtt_port)
+    }
 }
 
 /// Flags of a load run; each overrides the scenario file's value.
@@ -222,11 +231,7 @@ pub async fn main(args: BenchArgs) -> Result<bool> {
             Ok(true)
         }
         Some(BenchCommand::Query {
-            host,
-            mqtt_port,
-            http_port,
-            username,
-            password,
+            server,
             device,
             runs,
             no_load,
@@ -242,10 +247,10 @@ pub async fn main(args: BenchArgs) -> Result<bool> {
                 load: !no_load,
             };
             let report = query::run(
-                socket_addr(&host, http_port)?,
-                socket_addr(&host, mqtt_port)?,
-                &username,
-                &password,
+                server.http_addr()?,
+                server.mqtt_addr()?,
+                &server.username,
+                &server.password,
                 &opts,
             )
             .await?;
@@ -264,20 +269,16 @@ pub async fn main(args: BenchArgs) -> Result<bool> {
             Ok(true)
         }
         Some(BenchCommand::Rpc {
-            host,
-            mqtt_port,
-            http_port,
-            username,
-            password,
+            server,
             device,
             runs,
             json,
         }) => {
             let report = crate::rpc::run(
-                socket_addr(&host, http_port)?,
-                socket_addr(&host, mqtt_port)?,
-                &username,
-                &password,
+                server.http_addr()?,
+                server.mqtt_addr()?,
+                &server.username,
+                &server.password,
                 &device,
                 runs,
             )

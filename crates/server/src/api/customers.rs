@@ -48,32 +48,12 @@ pub fn customer_json(c: &Customer) -> Value {
 }
 
 fn draft(body: Value) -> Result<CustomerDraft, ApiError> {
-    let Value::Object(body) = body else {
-        return Err(ApiError::bad_request(
-            "Invalid request body: a customer must be a JSON object",
-        ));
-    };
-    let id = match body.get("id").and_then(|id| id.get("id")) {
-        None | Some(Value::Null) => None,
-        Some(Value::String(text)) => Some(parse_uuid(text)?),
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "Invalid customer id: {other}"
-            )))
-        }
-    };
-    let version = match body.get("version") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(
-            v.as_i64()
-                .ok_or_else(|| ApiError::bad_request("Invalid customer version"))?,
-        ),
-    };
-    let title = body
-        .get("title")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
+    let super::dashboards::Titled {
+        id,
+        version,
+        title,
+        body,
+    } = super::dashboards::titled(body, "customer")?;
     Ok(CustomerDraft {
         id,
         version,

@@ -62,12 +62,21 @@ pub fn dashboard_info_json(d: &Dashboard) -> Value {
     Value::Object(info)
 }
 
-/// Reads the fields the server understands from a client's dashboard object.
-fn draft(body: Value) -> Result<DashboardDraft, ApiError> {
+/// The fields the server understands of a client's titled, otherwise opaque object (a dashboard, a
+/// customer): id, version, title, and the whole object.
+pub(crate) struct Titled {
+    pub id: Option<Uuid>,
+    pub version: Option<i64>,
+    pub title: String,
+    pub body: Map<String, Value>,
+}
+
+/// Reads a [`Titled`] object; `kind` names it in error messages.
+pub(crate) fn titled(body: Value, kind: &str) -> Result<Titled, ApiError> {
     let Value::Object(body) = body else {
-        return Err(ApiError::bad_request(
-            "Invalid request body: a dashboard must be a JSON object",
-        ));
+        return Err(ApiError::bad_request(format!(
+            "Invalid request body: a {kind} must be a JSON object"
+        )));
     };
     let id = match body.get("id").and_then(|id| id.get("id")) {
         None | Some(Value::Null) => None,
@@ -75,17 +84,13 @@ fn draft(body: Value) -> Result<DashboardDraft, ApiError> {
             Uuid::parse_str(text)
                 .map_err(|_| ApiError::bad_request(format!("Invalid UUID string: {text}")))?,
         ),
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "Invalid dashboard id: {other}"
-            )))
-        }
+        Some(other) => return Err(ApiError::bad_request(format!("Invalid {kind} id: {other}"))),
     };
     let version = match body.get("version") {
         None | Some(Value::Null) => None,
         Some(v) => Some(
             v.as_i64()
-                .ok_or_else(|| ApiError::bad_request("Invalid dashboard version"))?,
+                .ok_or_else(|| ApiError::bad_request(format!("Invalid {kind} version")))?,
         ),
     };
     let title = body
@@ -93,6 +98,22 @@ fn draft(body: Value) -> Result<DashboardDraft, ApiError> {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
+    Ok(Titled {
+        id,
+        version,
+        title,
+        body,
+    })
+}
+
+/// Reads the fields the server understands from a client's dashboard object.
+fn draft(body: Value) -> Result<DashboardDraft, ApiError> {
+    let Titled {
+        id,
+        version,
+        title,
+        body,
+    } = titled(body, "dashboard")?;
     Ok(DashboardDraft {
         id,
         version,
