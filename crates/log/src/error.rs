@@ -14,6 +14,13 @@ pub enum LogError {
     #[error("ingest log is poisoned by an earlier I/O failure: {reason}")]
     Poisoned { reason: String },
 
+    /// The file system is full: the writer could not write the current batch and retries it until
+    /// space returns. Records already queued stay queued and become durable then; new appends are
+    /// refused with this error meanwhile. Unlike a failed fsync this is not poisoning: nothing was
+    /// reported durable, and the torn bytes of the failed write were cut off the segment.
+    #[error("ingest log cannot write: no space left on the device ({reason}); retrying")]
+    DiskFull { reason: String },
+
     /// An I/O error outside the append path (open, recovery, checkpoint, reading).
     #[error("ingest log I/O error on {path}: {source}")]
     Io {

@@ -134,6 +134,21 @@ impl Log {
             .load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// Whether the writer is retrying a batch the file system had no space for; appends fail with
+    /// `LogError::DiskFull` meanwhile. Clears by itself once the batch is written.
+    pub fn is_disk_full(&self) -> bool {
+        self.shared
+            .disk_full
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Whether the append queue is full, so that `append` would block until the writer takes the
+    /// queue. Async callers check this (and wait for the next commit) before appending, so that no
+    /// runtime thread blocks in `append`.
+    pub fn queue_full(&self) -> bool {
+        self.shared.queue_full()
+    }
+
     /// A reader of `partition`'s durable records starting at `from_offset`, which must be a record
     /// boundary (a checkpoint, a record's offset or `next_offset`) within the retained range.
     pub fn reader(&self, partition: u32, from_offset: u64) -> Result<Reader> {
@@ -470,6 +485,104 @@ mod tests {
         let records = read_all(&log, 0);
         assert_eq!(records[0], b"durable".to_vec());
         assert!(records.len() <= 2);
+    }
+
+    /// Polls until `cond` holds (the writer thread gets there on its own time).
+    fn eventually(what: &str, cond: impl Fn() -> bool) {
+        let deadline = Instant::now() + TIMEOUT;
+        while !cond() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_full_disk_refuses_appends_and_the_held_batch_lands_once_when_space_returns() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(config(dir.path())).unwrap();
+        let first = log.append(0, b"durable").unwrap();
+        log.wait_durable(first, TIMEOUT).unwrap();
+
+        // Three torn writes in a row, then the disk has room again.
+        log.inject_fault(Fault::NoSpace(3));
+        let held = log
+            .append_batch(&[(0, b"held".as_slice()), (1, b"held too")])
+            .unwrap();
+        eventually("the disk-full state", || log.is_disk_full());
+        assert_eq!(log.durable_seq(), first, "nothing published while full");
+        let err = log.append(1, b"refused").unwrap_err();
+        assert!(matches!(err, LogError::DiskFull { .. }), "{err}");
+        assert!(err.to_string().contains("No space left on device"), "{err}");
+
+        log.wait_durable(held, TIMEOUT).unwrap();
+        assert!(!log.is_disk_full());
+        assert!(!log.is_poisoned());
+        let after = log.append(0, b"after").unwrap();
+        log.wait_durable(after, TIMEOUT).unwrap();
+        log.close().unwrap();
+
+        // The torn halves were cut off: every record is there once, in order.
+        let log = Log::open(config(dir.path())).unwrap();
+        assert_eq!(
+            read_all(&log, 0),
+            vec![b"durable".to_vec(), b"held".to_vec(), b"after".to_vec()]
+        );
+        assert_eq!(read_all(&log, 1), vec![b"held too".to_vec()]);
+    }
+
+    #[test]
+    fn a_roll_without_space_resumes_the_batch_where_it_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = config(dir.path());
+        // Room for two 10-byte records (18-byte frames) per segment.
+        config.segment_bytes_max = crate::segment::SEGMENT_HEADER_BYTES + 40;
+        let log = Log::open(config.clone()).unwrap();
+        log.inject_fault(Fault::NoSpaceAtRoll(2));
+        let records: Vec<(u32, Vec<u8>)> = (0..7u8).map(|i| (0, vec![b'a' + i; 10])).collect();
+        let last = log.append_batch(&records).unwrap();
+        log.wait_durable(last, TIMEOUT).unwrap();
+        assert!(!log.is_poisoned());
+        assert_eq!(log.stats().commits, 1);
+        log.close().unwrap();
+
+        let log = Log::open(config).unwrap();
+        let expected: Vec<Vec<u8>> = records.into_iter().map(|(_, r)| r).collect();
+        assert_eq!(read_all(&log, 0), expected);
+        assert_eq!(segment_files(dir.path(), 0), 4);
+    }
+
+    #[test]
+    fn stopping_while_the_disk_is_full_poisons_instead_of_pretending() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(config(dir.path())).unwrap();
+        log.inject_fault(Fault::NoSpace(u32::MAX));
+        let seq = log.append(0, b"never written").unwrap();
+        eventually("the disk-full state", || log.is_disk_full());
+        assert!(matches!(log.close(), Err(LogError::Poisoned { .. })));
+        let log = Log::open(config(dir.path())).unwrap();
+        assert!(read_all(&log, 0).is_empty(), "seq {seq} was never durable");
+    }
+
+    #[test]
+    fn an_appender_waiting_for_space_ends_the_commit_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = config(dir.path());
+        config.queue_bytes_max = 64;
+        // A window far longer than the test may take.
+        config.group_commit_max_delay_us = 60_000_000;
+        let log = Log::open(config).unwrap();
+        assert!(!log.queue_full());
+        log.append(0, &[1u8; 20]).unwrap(); // 28 bytes queued
+        assert!(!log.queue_full());
+        // 28 + 48 > 64: this append waits for the writer, which must not sit out its window.
+        let started = Instant::now();
+        log.append(0, &[2u8; 40]).unwrap();
+        assert!(started.elapsed() < Duration::from_secs(30));
+        assert!(!log.queue_full());
+        // 48 + 16 fills the queue: the writer takes it at once.
+        let seq = log.append(1, &[3u8; 8]).unwrap();
+        log.wait_durable(seq, TIMEOUT).unwrap();
+        assert!(!log.queue_full());
     }
 
     #[test]

@@ -147,12 +147,18 @@ impl ActiveSegment {
         Ok(())
     }
 
-    /// `fdatasync`: the written frames (and the file size) reach the disk.
+    /// Cuts the file back to its last whole frame after a failed `append` that may have written part
+    /// of its bytes.
+    pub fn truncate_to_len(&self) -> io::Result<()> {
+        self.file.set_len(self.len_bytes)
+    }
+
     /// The file, for a sync on another thread.
     pub(crate) fn file(&self) -> Arc<File> {
         Arc::clone(&self.file)
     }
 
+    /// `fdatasync`: the written frames (and the file size) reach the disk.
     pub fn sync(&self) -> io::Result<()> {
         self.file.sync_data()
     }

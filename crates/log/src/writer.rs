@@ -7,12 +7,18 @@
 //! batch is whatever accumulated while the previous commit ran, so under load one fsync covers
 //! many records and at low load a record waits for exactly one fsync.
 //!
-//! Any write or sync error poisons the log (see `LogError::Poisoned`): the writer stops, the
-//! durable sequence number stays where the last successful sync left it, and the failed batch and
-//! everything after it are refused.
+//! A write that fails because the file system is full (`ENOSPC`, `EDQUOT`) does not poison: the
+//! writer cuts the torn bytes off the segment, remembers how much of the batch is on disk, refuses
+//! new appends with `LogError::DiskFull` and retries the rest of the batch, with backoff, until it
+//! fits. Nothing is published durable in between, so nothing is acknowledged that is not written.
+//!
+//! Any other write error, and every sync error, poisons the log (see `LogError::Poisoned`): the
+//! writer stops, the durable sequence number stays where the last successful sync left it, and the
+//! failed batch and everything after it are refused.
 
+use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,7 +48,15 @@ struct Queue {
     append_bytes: u64,
     stopping: bool,
     poisoned: bool,
+    /// An appender waits for space: the writer's commit window ends now.
+    space_wanted: bool,
+    /// Set while the writer retries a batch the file system had no space for: appends are refused.
+    disk_full: bool,
 }
+
+/// First wait before retrying a batch that found the disk full; it doubles up to the maximum.
+const NO_SPACE_RETRY_MIN: Duration = Duration::from_millis(50);
+const NO_SPACE_RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// A test-only injected I/O failure, consumed by the next commit.
 #[cfg(test)]
@@ -52,6 +66,10 @@ pub(crate) enum Fault {
     Write,
     /// Write the batch, then fail the fsync.
     Sync,
+    /// The next `n` segment writes write half their bytes, then fail with `ENOSPC`.
+    NoSpace(u32),
+    /// The next `n` segment creations (at a roll) fail with `ENOSPC` after creating the file.
+    NoSpaceAtRoll(u32),
 }
 
 /// Everything the `Log` handle, readers and the writer thread share.
@@ -67,7 +85,12 @@ pub(crate) struct Shared {
     durable_lock: Mutex<()>,
     durable_changed: Condvar,
     pub poisoned: AtomicBool,
+    /// Mirrors `Queue::disk_full`, for lock-free checks.
+    pub disk_full: AtomicBool,
+    /// Mirrors `Queue::queued_bytes`, for lock-free checks.
+    queued_bytes: AtomicUsize,
     poison_reason: Mutex<Option<String>>,
+    disk_full_reason: Mutex<String>,
     counters: CommitCounters,
     listener: Option<CommitListener>,
     #[cfg(test)]
@@ -92,6 +115,8 @@ impl Shared {
                 append_bytes: 0,
                 stopping: false,
                 poisoned: false,
+                disk_full: false,
+                space_wanted: false,
             }),
             queue_space: Condvar::new(),
             queue_work: Condvar::new(),
@@ -99,7 +124,10 @@ impl Shared {
             durable_lock: Mutex::new(()),
             durable_changed: Condvar::new(),
             poisoned: AtomicBool::new(false),
+            disk_full: AtomicBool::new(false),
+            queued_bytes: AtomicUsize::new(0),
             poison_reason: Mutex::new(None),
+            disk_full_reason: Mutex::new(String::new()),
             counters: CommitCounters::default(),
             listener,
             #[cfg(test)]
@@ -125,6 +153,51 @@ impl Shared {
             });
         }
         Ok(())
+    }
+
+    /// Whether the queue holds at least `queue_bytes_max` bytes, so an append would wait for the
+    /// writer. Lock-free, for callers that would rather wait somewhere else than block in `append`.
+    pub fn queue_full(&self) -> bool {
+        self.queued_bytes.load(Ordering::Relaxed) >= self.config.queue_bytes_max
+    }
+
+    fn disk_full_error(&self) -> LogError {
+        LogError::DiskFull {
+            reason: self.disk_full_reason.lock().clone(),
+        }
+    }
+
+    /// Enters or leaves the disk-full state. Entering wakes appenders waiting for queue space, so
+    /// they get `DiskFull` instead of waiting for a commit that waits for the disk.
+    fn set_disk_full(&self, reason: Option<String>) {
+        let full = reason.is_some();
+        if let Some(reason) = reason {
+            *self.disk_full_reason.lock() = reason;
+        }
+        self.queue.lock().disk_full = full;
+        self.disk_full.store(full, Ordering::Release);
+        if full {
+            self.queue_space.notify_all();
+        }
+    }
+
+    /// Consumes one use of a counted test fault (`NoSpace(n)`, `NoSpaceAtRoll(n)`) if one matching
+    /// `is` is armed.
+    #[cfg(test)]
+    fn take_counted_fault(&self, is: impl Fn(&Fault) -> bool) -> bool {
+        let mut fault = self.fault.lock();
+        let Some(armed) = fault.as_mut().filter(|f| is(f)) else {
+            return false;
+        };
+        let n = match armed {
+            Fault::NoSpace(n) | Fault::NoSpaceAtRoll(n) => n,
+            Fault::Write | Fault::Sync => return false,
+        };
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            *fault = None;
+        }
+        true
     }
 
     pub fn poisoned_error(&self) -> LogError {
@@ -171,18 +244,25 @@ impl Shared {
         // A record bigger than the whole queue is still accepted into an empty queue; otherwise
         // it could never be appended.
         while !queue.poisoned
+            && !queue.disk_full
             && queue.queued_bytes > 0
             && queue.queued_bytes + frame_bytes > queue_bytes_max
         {
+            queue.space_wanted = true;
             self.queue_work.notify_one();
             self.queue_space.wait(queue);
         }
         if queue.poisoned {
             return Err(self.poisoned_error());
         }
+        if queue.disk_full {
+            return Err(self.disk_full_error());
+        }
         let was_empty = queue.queued_bytes == 0;
         frame::encode_into(&mut queue.frames[partition as usize], payload, crc);
         queue.queued_bytes += frame_bytes;
+        self.queued_bytes
+            .store(queue.queued_bytes, Ordering::Relaxed);
         queue.appends += 1;
         queue.append_bytes += payload.len() as u64;
         let seq = queue.next_seq;
@@ -299,6 +379,9 @@ pub(crate) fn run(shared: Arc<Shared>, actives: Vec<ActiveSegment>) {
 fn run_loop(shared: &Shared, mut actives: Vec<ActiveSegment>) {
     let delay = Duration::from_micros(shared.config.group_commit_max_delay_us);
     let mut batch: Vec<Vec<u8>> = (0..actives.len()).map(|_| Vec::new()).collect();
+    // Bytes of each partition's part of the batch already in its segment: a commit that ran out of
+    // space resumes from here, so nothing is written twice.
+    let mut written = vec![0usize; actives.len()];
     let mut sync_pool = SyncPool::new();
     // Every sequence number up to the queue's last one has its frame in the queue or in an
     // earlier batch, so a batch holds exactly the records after the previous batch's last seq.
@@ -319,7 +402,10 @@ fn run_loop(shared: &Shared, mut actives: Vec<ActiveSegment>) {
             }
             if !delay.is_zero() && !queue.stopping {
                 let deadline = Instant::now() + delay;
-                while queue.queued_bytes < shared.config.queue_bytes_max && !queue.stopping {
+                while queue.queued_bytes < shared.config.queue_bytes_max
+                    && !queue.space_wanted
+                    && !queue.stopping
+                {
                     if shared
                         .queue_work
                         .wait_until(&mut queue, deadline)
@@ -336,31 +422,107 @@ fn run_loop(shared: &Shared, mut actives: Vec<ActiveSegment>) {
                 std::mem::swap(mine, queued);
             }
             queue.queued_bytes = 0;
+            queue.space_wanted = false;
+            shared.queued_bytes.store(0, Ordering::Relaxed);
             shared.queue_space.notify_all();
             queue.next_seq - 1
         };
 
         let started = Instant::now();
-        match commit(shared, &mut actives, &batch, &mut sync_pool) {
-            Ok(fsyncs) => {
-                for (p, frames) in batch.iter().enumerate() {
-                    if !frames.is_empty() {
-                        shared.partitions[p].publish_durable_end(actives[p].end_offset());
-                    }
+        written.fill(0);
+        let mut retry_delay = NO_SPACE_RETRY_MIN;
+        let fsyncs = loop {
+            match commit(shared, &mut actives, &batch, &mut written, &mut sync_pool) {
+                Ok(fsyncs) => break fsyncs,
+                Err(CommitError::Fatal(reason)) => {
+                    shared.poison(reason);
+                    return;
                 }
-                let latency_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-                shared
-                    .counters
-                    .record_commit(last_seq - previous_last_seq, fsyncs, latency_us);
-                shared.publish(last_seq);
-                previous_last_seq = last_seq;
+                Err(CommitError::NoSpace(reason)) => {
+                    if !shared.disk_full.load(Ordering::Acquire) {
+                        tracing::warn!(
+                            reason = %reason,
+                            "ingest log: no space left on the device; refusing appends and retrying the batch"
+                        );
+                        shared.set_disk_full(Some(reason));
+                    }
+                    if !wait_before_retry(shared, retry_delay) {
+                        // Stopping with a batch that cannot be written: its records were never
+                        // acknowledged. Poisoning wakes whoever still waits for them.
+                        shared.poison("stopped while the disk was full".to_string());
+                        return;
+                    }
+                    retry_delay = (retry_delay * 2).min(NO_SPACE_RETRY_MAX);
+                }
             }
-            Err(reason) => {
-                shared.poison(reason);
-                return;
+        };
+        if shared.disk_full.load(Ordering::Acquire) {
+            tracing::info!("ingest log: space is available again; accepting appends");
+            shared.set_disk_full(None);
+        }
+        for (p, frames) in batch.iter().enumerate() {
+            if !frames.is_empty() {
+                shared.partitions[p].publish_durable_end(actives[p].end_offset());
             }
         }
+        let latency_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        shared
+            .counters
+            .record_commit(last_seq - previous_last_seq, fsyncs, latency_us);
+        shared.publish(last_seq);
+        previous_last_seq = last_seq;
     }
+}
+
+/// Sleeps before a retry of a batch that found the disk full; false if the log is stopping.
+fn wait_before_retry(shared: &Shared, delay: Duration) -> bool {
+    let mut queue = shared.queue.lock();
+    if !queue.stopping {
+        let _ = shared.queue_work.wait_for(&mut queue, delay);
+    }
+    !queue.stopping
+}
+
+/// Why a commit did not complete.
+#[derive(Debug)]
+enum CommitError {
+    /// The file system is full. Each partition's segment holds exactly the whole frames counted in
+    /// `written` (a torn tail was cut off): the same batch can be retried from there.
+    NoSpace(String),
+    /// Anything else: the log must be poisoned.
+    Fatal(String),
+}
+
+impl CommitError {
+    fn io(what: impl std::fmt::Display, e: &io::Error) -> CommitError {
+        let message = format!("{what}: {e}");
+        if is_no_space(e) {
+            CommitError::NoSpace(message)
+        } else {
+            CommitError::Fatal(message)
+        }
+    }
+}
+
+impl std::fmt::Display for CommitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CommitError::NoSpace(reason) | CommitError::Fatal(reason) => f.write_str(reason),
+        }
+    }
+}
+
+/// `ENOSPC` or `EDQUOT`: the file system (or the user's quota) is out of space.
+fn is_no_space(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+    )
+}
+
+#[cfg(test)]
+fn no_space() -> io::Error {
+    io::Error::from_raw_os_error(28) // ENOSPC
 }
 
 /// Size of the first frame in a buffer of whole frames. The writer only walks buffers appenders
@@ -386,27 +548,30 @@ fn frames_fitting(frames: &[u8], room: u64) -> usize {
     taken
 }
 
-/// Writes the batch and syncs it. Returns the number of fsyncs, or why the log must be poisoned.
+/// Writes the batch (what `written` says is not yet written) and syncs it. Returns the number of
+/// fsyncs.
 fn commit(
     shared: &Shared,
     actives: &mut [ActiveSegment],
     batch: &[Vec<u8>],
+    written: &mut [usize],
     sync_pool: &mut SyncPool,
-) -> Result<u64, String> {
+) -> Result<u64, CommitError> {
     let mut fsyncs = 0;
     for (p, frames) in batch.iter().enumerate() {
-        if frames.is_empty() {
+        if written[p] == frames.len() {
             continue;
         }
-        fsyncs += write_partition(shared, &mut actives[p], p, frames)?;
+        let result = write_partition(shared, &mut actives[p], p, frames, &mut written[p]);
         shared.partitions[p]
             .written_end
             .store(actives[p].end_offset(), Ordering::Release);
+        fsyncs += result?;
     }
     if shared.config.durability == Durability::Fsync {
         #[cfg(test)]
         if shared.fault.lock().take_if(|f| *f == Fault::Sync).is_some() {
-            return Err("injected fsync failure".to_string());
+            return Err(CommitError::Fatal("injected fsync failure".to_string()));
         }
         let dirty: Vec<&ActiveSegment> = actives
             .iter()
@@ -416,7 +581,8 @@ fn commit(
             .collect();
         fsyncs += dirty.len() as u64;
         // All at once: the device (and ext4's journal) serves several flushes for about one.
-        sync_pool.sync_all(&dirty)?;
+        // A failed fsync poisons even when it says ENOSPC: the kernel may have dropped the pages.
+        sync_pool.sync_all(&dirty).map_err(CommitError::Fatal)?;
     }
     Ok(fsyncs)
 }
@@ -449,17 +615,19 @@ fn release_consumed(shared: &Shared, actives: &mut [ActiveSegment]) {
     }
 }
 
-/// Writes one partition's frames, rolling to new segments as they fill. Returns the fsyncs spent
+/// Writes one partition's frames from `*written` on, rolling to new segments as they fill, and
+/// advances `*written` past every whole frame that reached the segment. Returns the fsyncs spent
 /// sealing segments.
 fn write_partition(
     shared: &Shared,
     active: &mut ActiveSegment,
     p: usize,
     frames: &[u8],
-) -> Result<u64, String> {
+    written: &mut usize,
+) -> Result<u64, CommitError> {
     let mut fsyncs = 0;
-    let mut rest = frames;
-    while !rest.is_empty() {
+    while *written < frames.len() {
+        let rest = &frames[*written..];
         let room = shared
             .config
             .segment_bytes_max
@@ -481,30 +649,92 @@ fn write_partition(
             .is_some()
         {
             let _ = active.append(&rest[..take / 2]);
-            return Err(format!(
+            return Err(CommitError::Fatal(format!(
                 "injected write failure on {}",
                 active.path.display()
-            ));
+            )));
         }
-        active
-            .append(&rest[..take])
-            .map_err(|e| format!("write {}: {e}", active.path.display()))?;
-        rest = &rest[take..];
+        #[cfg(test)]
+        if shared.take_counted_fault(|f| matches!(f, Fault::NoSpace(_))) {
+            // A torn write: half the bytes reach the file, then the device is full.
+            let _ = std::os::unix::fs::FileExt::write_all_at(
+                &*active.file(),
+                &rest[..take / 2],
+                active.len_bytes(),
+            );
+            return Err(torn_no_space(active, &no_space()));
+        }
+        if let Err(e) = active.append(&rest[..take]) {
+            if is_no_space(&e) {
+                return Err(torn_no_space(active, &e));
+            }
+            return Err(CommitError::Fatal(format!(
+                "write {}: {e}",
+                active.path.display()
+            )));
+        }
+        *written += take;
     }
     Ok(fsyncs)
 }
 
+/// After a write that ran out of space, cuts whatever part of it reached the file, so the segment
+/// ends at its last whole frame again. If even that fails the log cannot go on.
+fn torn_no_space(active: &ActiveSegment, e: &io::Error) -> CommitError {
+    match active.truncate_to_len() {
+        Ok(()) => CommitError::io(format_args!("write {}", active.path.display()), e),
+        Err(cut) => CommitError::Fatal(format!(
+            "write {}: {e}; cutting the torn write off failed: {cut}",
+            active.path.display()
+        )),
+    }
+}
+
 /// Seals the active segment and starts the next one at its end offset. The old segment is synced
 /// before the new file exists, in both durability modes, so recovery can rely on every segment
-/// but the last being complete (one extra fsync per segment).
-fn roll(shared: &Shared, active: &mut ActiveSegment, p: usize) -> Result<u64, String> {
-    active
-        .sync()
-        .map_err(|e| format!("fdatasync {} before roll: {e}", active.path.display()))?;
+/// but the last being complete (one extra fsync per segment). If the new segment cannot be
+/// created for lack of space, whatever was created of it is removed and the old one stays active.
+fn roll(shared: &Shared, active: &mut ActiveSegment, p: usize) -> Result<u64, CommitError> {
+    active.sync().map_err(|e| {
+        CommitError::Fatal(format!(
+            "fdatasync {} before roll: {e}",
+            active.path.display()
+        ))
+    })?;
     let partition = &shared.partitions[p];
     let base = active.end_offset();
-    let next = ActiveSegment::create(&partition.dir, base)
-        .map_err(|e| format!("create segment {base} in {}: {e}", partition.dir.display()))?;
+    #[cfg(test)]
+    let created = if shared.take_counted_fault(|f| matches!(f, Fault::NoSpaceAtRoll(_))) {
+        let path = crate::segment::segment_path(&partition.dir, base);
+        let _ = std::fs::File::create(path);
+        Err(no_space())
+    } else {
+        ActiveSegment::create(&partition.dir, base)
+    };
+    #[cfg(not(test))]
+    let created = ActiveSegment::create(&partition.dir, base);
+    let next = match created {
+        Ok(next) => next,
+        Err(e) => {
+            let what = format!("create segment {base} in {}", partition.dir.display());
+            if !is_no_space(&e) {
+                return Err(CommitError::Fatal(format!("{what}: {e}")));
+            }
+            // A half-made segment after the active one would read as a torn tail at recovery but
+            // would be taken as the active segment: remove it now.
+            let path = crate::segment::segment_path(&partition.dir, base);
+            return match std::fs::remove_file(&path) {
+                Ok(()) => Err(CommitError::io(what, &e)),
+                Err(gone) if gone.kind() == io::ErrorKind::NotFound => {
+                    Err(CommitError::io(what, &e))
+                }
+                Err(rm) => Err(CommitError::Fatal(format!(
+                    "{what}: {e}; removing {} failed: {rm}",
+                    path.display()
+                ))),
+            };
+        }
+    };
     *active = next;
     partition.segments.write().push(base);
     tracing::debug!(partition = p, base, "rolled ingest log segment");
