@@ -79,7 +79,10 @@ fn durable_or_full(log: &Log, seq: u64) -> bool {
         if log.is_disk_full() {
             return false;
         }
-        assert!(Instant::now() < deadline, "seq {seq} neither durable nor refused");
+        assert!(
+            Instant::now() < deadline,
+            "seq {seq} neither durable nor refused"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
 }
@@ -136,5 +139,8 @@ fn a_full_tmpfs_refuses_appends_and_space_coming_back_resumes_them() {
         assert_eq!(r.payload, record(i).as_slice(), "record {i} damaged");
         stored.push(i);
     }
-    assert_eq!(stored, acknowledged, "each acknowledged record once, in order");
+    assert_eq!(
+        stored, acknowledged,
+        "each acknowledged record once, in order"
+    );
 }

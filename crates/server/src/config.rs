@@ -128,6 +128,11 @@ pub struct LogConfig {
     pub segment_bytes_max: u64,
     /// Longest wait for more records before a group commit.
     pub group_commit_max_delay_us: u64,
+    /// Disk budget of the ingest log: at this many bytes of segments, transports stop reading until the
+    /// processors catch up (backpressure). 0: no budget.
+    pub disk_bytes_max: u64,
+    /// Writes are refused while the data directory's file system has less free space than this.
+    pub disk_free_min_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -234,6 +239,8 @@ impl Default for LogConfig {
             durability: Durability::Fsync,
             segment_bytes_max: 64 << 20,
             group_commit_max_delay_us: 1000,
+            disk_bytes_max: 16 << 30,
+            disk_free_min_bytes: 256 << 20,
         }
     }
 }
@@ -296,6 +303,15 @@ impl Config {
             self.activity.inactivity_timeout_ms =
                 parsed("FLEETWIRE_ACTIVITY_INACTIVITY_TIMEOUT_MS", v)?;
         }
+        if let Some(v) = get("FLEETWIRE_LOG_SEGMENT_BYTES_MAX") {
+            self.log.segment_bytes_max = parsed("FLEETWIRE_LOG_SEGMENT_BYTES_MAX", v)?;
+        }
+        if let Some(v) = get("FLEETWIRE_LOG_DISK_BYTES_MAX") {
+            self.log.disk_bytes_max = parsed("FLEETWIRE_LOG_DISK_BYTES_MAX", v)?;
+        }
+        if let Some(v) = get("FLEETWIRE_LOG_DISK_FREE_MIN_BYTES") {
+            self.log.disk_free_min_bytes = parsed("FLEETWIRE_LOG_DISK_FREE_MIN_BYTES", v)?;
+        }
         if let Some(v) = get("FLEETWIRE_DATA_DIR") {
             self.data_dir = PathBuf::from(v);
         }
@@ -335,6 +351,12 @@ impl Config {
         }
         if self.log.segment_bytes_max < 1 << 20 {
             return bad("log.segment_bytes_max must be at least 1 MiB");
+        }
+        if self.log.disk_bytes_max != 0 && self.log.disk_bytes_max < 4 * self.log.segment_bytes_max
+        {
+            return bad(
+                "log.disk_bytes_max must be 0 (no budget) or at least 4 x log.segment_bytes_max",
+            );
         }
         if self.mqtt.packet_bytes_max < 1024 {
             return bad("mqtt.packet_bytes_max must be at least 1024");

@@ -122,6 +122,12 @@ impl From<crate::ingest::IngestError> for ApiError {
             crate::ingest::IngestError::TooLarge { .. } => {
                 ApiError::plain(StatusCode::PAYLOAD_TOO_LARGE, err.to_string())
             }
+            e @ (crate::ingest::IngestError::DiskFull(_)
+            | crate::ingest::IngestError::Overloaded) => {
+                // A sustained condition, logged by the disk monitor; not once per request.
+                tracing::debug!(error = %e, "write refused");
+                ApiError::unavailable(e.to_string())
+            }
             other => {
                 tracing::warn!(error = %other, "write refused");
                 ApiError::unavailable(other.to_string())

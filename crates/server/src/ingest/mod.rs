@@ -7,6 +7,7 @@
 //! the time-series store; it checkpoints the log once the store has persisted what the records carried, so
 //! a crash replays exactly what was not yet persisted.
 
+mod admission;
 mod alarms;
 pub mod attributes;
 pub mod events;
@@ -45,6 +46,12 @@ pub enum IngestError {
     TooLarge { len_bytes: usize, max_bytes: u32 },
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// The disk is (nearly) full: writes are refused until space is freed, nothing accepted is lost.
+    #[error("writes are refused until disk space is freed: {0}")]
+    DiskFull(String),
+    /// The log is over its disk budget and did not drain within the request's wait.
+    #[error("the server is overloaded: the ingest log is over its disk budget; retry later")]
+    Overloaded,
     #[error("cannot start processor thread: {0}")]
     Thread(std::io::Error),
 }
@@ -88,7 +95,12 @@ pub struct Ingest {
     progress: Arc<Vec<PartitionProgress>>,
     shutdown: Arc<AtomicBool>,
     processors: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    admission: Arc<admission::Admission>,
 }
+
+/// How long a request-response write (HTTP device API, REST) waits for the log to get back under its disk
+/// budget before it is answered 503.
+const ADMISSION_WAIT: Duration = Duration::from_secs(10);
 
 impl Ingest {
     /// Opens (and recovers) the log and the stores under the data dir and starts one processor per
@@ -167,6 +179,20 @@ impl Ingest {
                 .map_err(IngestError::Thread)?;
             processors.push(handle);
         }
+        let admission = Arc::new(admission::Admission::default());
+        {
+            let (admission, log, stop) = (admission.clone(), log.clone(), shutdown.clone());
+            let limits = admission::Limits {
+                disk_bytes_max: config.log.disk_bytes_max,
+                disk_free_min_bytes: config.log.disk_free_min_bytes,
+            };
+            let data_dir = dir.clone();
+            let handle = std::thread::Builder::new()
+                .name("disk-monitor".to_string())
+                .spawn(move || admission::monitor(admission, log, data_dir, limits, stop))
+                .map_err(IngestError::Thread)?;
+            processors.push(handle);
+        }
         Ok(Ingest {
             log,
             partitions,
@@ -179,6 +205,7 @@ impl Ingest {
             progress,
             shutdown,
             processors: Mutex::new(processors),
+            admission,
         })
     }
 
@@ -197,11 +224,17 @@ impl Ingest {
         if self.shutdown.load(Ordering::Relaxed) {
             return Err(IngestError::ShuttingDown);
         }
+        if self.admission.low_space() {
+            return Err(IngestError::DiskFull(
+                "free space on the data directory is under log.disk_free_min_bytes".to_string(),
+            ));
+        }
         let partition = self.partition_of(device);
         self.log
             .append(u32::from(partition), record)
             .map_err(|e| match e {
                 fleetwire_log::LogError::Poisoned { .. } => IngestError::Poisoned,
+                fleetwire_log::LogError::DiskFull { reason } => IngestError::DiskFull(reason),
                 fleetwire_log::LogError::RecordTooLarge {
                     len_bytes,
                     max_bytes,
@@ -229,9 +262,65 @@ impl Ingest {
     /// (HTTP device API, REST telemetry save). Connections batch instead, with `append_record` and one
     /// `durable` per batch.
     pub async fn write(&self, device: Uuid, record: &Record) -> Result<(), IngestError> {
+        if tokio::time::timeout(ADMISSION_WAIT, self.admitted())
+            .await
+            .is_err()
+        {
+            return Err(IngestError::Overloaded);
+        }
         let mut scratch = Vec::new();
         let seq = self.append_record(device, record, &mut scratch)?;
         self.durable(seq).await
+    }
+
+    /// Resolves once the write path takes more: the log is under its disk budget and its append queue has
+    /// room, so an append will not block the calling runtime thread. Transports await this before reading
+    /// a socket: over the budget, that is the backpressure of DESIGN.md section 4 (see `admission.rs`).
+    pub async fn admitted(&self) {
+        if !self.admission.paused() && !self.log.queue_full() {
+            return;
+        }
+        Box::pin(self.admitted_slow()).await;
+    }
+
+    async fn admitted_slow(&self) {
+        let mut durable = self.durable.clone();
+        loop {
+            if self.admission.paused() {
+                self.admission.resumed().await;
+            } else if self.log.queue_full() && !self.log.is_disk_full() {
+                // The writer empties the queue when it takes a batch and publishes it after the commit.
+                durable.borrow_and_update();
+                if !self.log.queue_full() || durable.changed().await.is_err() {
+                    return;
+                }
+            } else {
+                return;
+            }
+        }
+    }
+
+    /// Why the write path is not taking writes right now (empty when it is): for readiness.
+    pub fn refusing(&self) -> Vec<&'static str> {
+        let mut reasons = Vec::new();
+        if self.log.is_poisoned() {
+            reasons.push("ingest log poisoned by a write or sync failure");
+        }
+        if self.log.is_disk_full() {
+            reasons.push("ingest log cannot write: disk full");
+        }
+        if self.admission.low_space() {
+            reasons.push("free disk space under log.disk_free_min_bytes");
+        }
+        if self.admission.paused() {
+            reasons.push("ingest log over log.disk_bytes_max (backpressure)");
+        }
+        reasons
+    }
+
+    /// Last sampled bytes of log segments on disk, and free bytes on the data directory's file system.
+    pub fn disk_usage(&self) -> (u64, u64) {
+        (self.admission.log_disk_bytes(), self.admission.free_bytes())
     }
 
     /// Resolves once every record up to `seq` is durable (fsync'd, or written to the OS with

@@ -23,7 +23,7 @@ use super::super::sessions::{close_reason, CloseSignal, OUTBOX_UPDATES_MAX};
 use super::super::topics::GatewayTopic;
 use super::{Conn, End};
 use crate::ingest::events::{Interest, Subscriber, SubscriptionId, Update};
-use crate::ingest::{client_attributes_record, now_ms, telemetry_record};
+use crate::ingest::{client_attributes_record, now_ms, telemetry_record, IngestError};
 use crate::rpc::{RpcRequest, RpcSink, SinkId};
 
 /// What a gateway connection knows beyond a device's: its tenant and its connected sub-devices.
@@ -110,6 +110,8 @@ enum GatewayRefusal {
     /// A sub-device could not be found or created: PUBACK 0x80 (0x97 at the device limit); 3.x closes,
     /// since its PUBACK would read as success.
     SubDevice(String),
+    /// The disk is (nearly) full: MQTT 5 PUBACK 0x97 and close (3.x closes).
+    Full(String),
     /// The log refused the records: PUBACK 0x80 and close.
     Unavailable(String),
 }
@@ -162,6 +164,10 @@ impl Conn<'_> {
                     reason::UNSPECIFIED_ERROR
                 };
                 (code, None)
+            }
+            Err(GatewayRefusal::Full(message)) => {
+                tracing::debug!(peer = %self.peer, %message, "gateway write refused");
+                (reason::QUOTA_EXCEEDED, Some(End::Server(None)))
             }
             Err(GatewayRefusal::Unavailable(message)) => {
                 tracing::warn!(peer = %self.peer, %message, "cannot accept a gateway message");
@@ -360,8 +366,7 @@ impl Conn<'_> {
         }
         let now = now_ms();
         for (device, record) in &records {
-            self.append_for(*device, record)
-                .map_err(GatewayRefusal::Unavailable)?;
+            self.append_for(*device, record)?;
             self.state.activity.uplink(&self.state.ingest, *device, now);
         }
         Ok(())
@@ -512,7 +517,7 @@ impl Conn<'_> {
     }
 
     /// Appends one record of a sub-device to the batch.
-    fn append_for(&mut self, device: Uuid, record: &Record) -> Result<(), String> {
+    fn append_for(&mut self, device: Uuid, record: &Record) -> Result<(), GatewayRefusal> {
         let seq = super::RECORD_BUF
             .with(|scratch| match scratch.try_borrow_mut() {
                 Ok(mut scratch) => self
@@ -524,7 +529,12 @@ impl Conn<'_> {
                     .ingest
                     .append_record(device, record, &mut Vec::new()),
             })
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| match e {
+                IngestError::DiskFull(_) | IngestError::Overloaded => {
+                    GatewayRefusal::Full(e.to_string())
+                }
+                other => GatewayRefusal::Unavailable(other.to_string()),
+            })?;
         self.wait_seq = self.wait_seq.max(seq);
         Ok(())
     }

@@ -23,7 +23,7 @@ use super::sessions::{CloseSignal, Outbox, RpcOutbox};
 use super::topics::{self, DeviceTopic};
 use crate::activity::coarse_now_ms;
 use crate::ingest::events::SubscriptionId;
-use crate::ingest::{client_attributes_record, now_ms, telemetry_record};
+use crate::ingest::{client_attributes_record, now_ms, telemetry_record, IngestError};
 use crate::AppState;
 
 /// How long a new connection may take to send its CONNECT.
@@ -168,9 +168,16 @@ impl Conn<'_> {
                 self.out = BytesMut::new();
             }
             // The inactivity timeout lives only while waiting: a timer owned by the connection for its whole
-            // life would cost every idle connection ~110 bytes more.
+            // life would cost every idle connection ~110 bytes more. Nothing is read while the write path is
+            // not admitting (the log over its disk budget): that is the backpressure, and it does not count
+            // as the client's inactivity.
+            let ingest = &self.state.ingest;
+            let stream = &self.stream;
             tokio::select! {
-                readable = tokio::time::timeout(INACTIVITY_TIMEOUT, self.stream.readable()) => match readable {
+                readable = async {
+                    ingest.admitted().await;
+                    tokio::time::timeout(INACTIVITY_TIMEOUT, stream.readable()).await
+                } => match readable {
                     Err(_) => return End::Server(Some(reason::MAXIMUM_CONNECT_TIME)),
                     Ok(Err(_)) => return End::Client,
                     Ok(Ok(())) => {}
@@ -441,6 +448,19 @@ impl Conn<'_> {
                     Some(End::Server(None))
                 }
             }
+            Err(Refusal::Full(message)) => {
+                // Disk full: refused, nothing stored. MQTT 5 says so in the PUBACK (or, for QoS 0, in a
+                // DISCONNECT); 3.x has no reason codes, and a PUBACK would read as success, so it closes.
+                tracing::debug!(peer = %self.peer, %message, "write refused");
+                match (v5, ack) {
+                    (true, true) => {
+                        self.puback(pkid, reason::QUOTA_EXCEEDED);
+                        None
+                    }
+                    (true, false) => Some(End::Server(Some(reason::QUOTA_EXCEEDED))),
+                    (false, _) => Some(End::Server(None)),
+                }
+            }
             Err(Refusal::Unavailable(message)) => {
                 // As ThingsBoard on a processing failure: no PUBACK, and MQTT 5 gets DISCONNECT 0x83.
                 tracing::warn!(peer = %self.peer, %message, "cannot accept a message");
@@ -471,6 +491,9 @@ impl Conn<'_> {
             Ok(seq) => {
                 self.wait_seq = self.wait_seq.max(seq);
                 Ok(())
+            }
+            Err(e @ (IngestError::DiskFull(_) | IngestError::Overloaded)) => {
+                Err(Refusal::Full(e.to_string()))
             }
             Err(e) => Err(Refusal::Unavailable(e.to_string())),
         }
@@ -505,6 +528,8 @@ enum Refusal {
     Topic,
     /// The payload is not a valid ThingsBoard payload.
     Payload(String),
+    /// The disk is (nearly) full: refused until space is freed.
+    Full(String),
     /// The server cannot take the message (log poisoned, shutting down).
     Unavailable(String),
 }
