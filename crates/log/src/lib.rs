@@ -12,13 +12,16 @@
 //!   `segment_bytes_max` without renumbering anything.
 //! - **One writer thread, group commit** (`writer.rs`). `append` copies the record into a queue
 //!   and returns a global **sequence number** at once (it blocks only when the queue is full:
-//!   backpressure). The writer takes everything queued, writes it with one write per partition,
+//!   backpressure; async callers check [`Log::queue_full`] first and wait elsewhere). The writer takes everything queued, writes it with one write per partition,
 //!   `fdatasync`s the partitions it touched (concurrently), then publishes the batch's last sequence number as
 //!   durable: via [`Log::durable_seq`], [`Log::wait_durable`] and the commit listener, which the
 //!   server wires to a tokio watch channel to release PUBACKs.
-//! - **Poisoning.** A failed write or fsync is never retried: the log refuses all further appends
-//!   with [`LogError::Poisoned`] and the durable sequence number stays where the last successful
-//!   sync left it.
+//! - **Disk full.** A write that fails for lack of space is cut back to the last whole frame and
+//!   retried, with backoff, until it fits; appends are refused with [`LogError::DiskFull`]
+//!   meanwhile ([`Log::is_disk_full`]).
+//! - **Poisoning.** Any other failed write, and any failed fsync, is never retried: the log refuses
+//!   all further appends with [`LogError::Poisoned`] and the durable sequence number stays where
+//!   the last successful sync left it.
 //! - **Readers** ([`Reader`]) see only durable records, so a processor never applies something a
 //!   crash could take back. [`Log::wait_for_data`] blocks a processor thread until its partition
 //!   grows.

@@ -110,6 +110,9 @@ pub(crate) fn monitor(
     let mut paused_since: Option<Instant> = None;
     let mut low_since: Option<Instant> = None;
     let mut last_warning = Instant::now();
+    // When the budget warning was last logged, and the pauses since.
+    let mut budget_warned: Option<Instant> = None;
+    let mut pauses = 0u64;
     let mut statvfs_failed = false;
     while !stop.load(Ordering::Acquire) {
         let log_bytes = log.disk_bytes();
@@ -121,18 +124,27 @@ pub(crate) fn monitor(
         if limits.disk_bytes_max > 0 {
             match paused_since {
                 None if log_bytes >= limits.disk_bytes_max => {
-                    tracing::warn!(
-                        log_bytes,
-                        budget = limits.disk_bytes_max,
-                        lag_bytes,
-                        "ingest log disk budget reached; transports stop reading until the processors catch up"
-                    );
                     admission.set_paused(true);
                     paused_since = Some(Instant::now());
-                    last_warning = Instant::now();
+                    pauses += 1;
+                    // Under sustained overload the budget is reached every few seconds: one warning per
+                    // REPEAT_WARNING, with the count, instead of one per pause.
+                    if budget_warned.is_none_or(|at| at.elapsed() >= REPEAT_WARNING) {
+                        tracing::warn!(
+                            log_bytes,
+                            budget = limits.disk_bytes_max,
+                            lag_bytes,
+                            pauses,
+                            "ingest log disk budget reached; transports stop reading until the processors catch up"
+                        );
+                        budget_warned = Some(Instant::now());
+                        pauses = 0;
+                    } else {
+                        tracing::debug!(log_bytes, lag_bytes, "ingest log disk budget reached");
+                    }
                 }
                 Some(since) if log_bytes < limits.disk_bytes_max / 10 * 9 => {
-                    tracing::info!(
+                    tracing::debug!(
                         log_bytes,
                         paused_ms = since.elapsed().as_millis() as u64,
                         "ingest log back under its disk budget; transports read again"
@@ -140,14 +152,14 @@ pub(crate) fn monitor(
                     admission.set_paused(false);
                     paused_since = None;
                 }
-                Some(since) if last_warning.elapsed() >= REPEAT_WARNING => {
+                Some(since) if budget_warned.is_none_or(|at| at.elapsed() >= REPEAT_WARNING) => {
                     tracing::warn!(
                         log_bytes,
                         lag_bytes,
                         paused_s = since.elapsed().as_secs(),
                         "ingest log still over its disk budget; transports are not reading"
                     );
-                    last_warning = Instant::now();
+                    budget_warned = Some(Instant::now());
                 }
                 _ => {}
             }

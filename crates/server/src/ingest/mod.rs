@@ -98,6 +98,17 @@ pub struct Ingest {
     admission: Arc<admission::Admission>,
 }
 
+/// Log bytes the unsealed heads may pin, over all partitions: `tsdb.head_log_bytes_max`, but at most a quarter of
+/// the log's disk budget. Pinned log cannot be reclaimed, so a budget smaller than the pinned bytes (plus the
+/// active segments and the partly consumed ones) would hold the transports back for good; sealing earlier keeps
+/// the budget reachable.
+fn head_log_bytes_max(config: &Config) -> u64 {
+    match config.log.disk_bytes_max {
+        0 => config.tsdb.head_log_bytes_max,
+        budget => config.tsdb.head_log_bytes_max.min(budget / 4),
+    }
+}
+
 /// How long a request-response write (HTTP device API, REST) waits for the log to get back under its disk
 /// budget before it is answered 503.
 const ADMISSION_WAIT: Duration = Duration::from_secs(10);
@@ -171,7 +182,7 @@ impl Ingest {
                 progress: progress.clone(),
                 shutdown: shutdown.clone(),
                 head_age_max: Duration::from_secs(config.tsdb.head_age_max_s),
-                head_log_bytes_max: config.tsdb.head_log_bytes_max / u64::from(partitions),
+                head_log_bytes_max: head_log_bytes_max(config) / u64::from(partitions),
             };
             let handle = std::thread::Builder::new()
                 .name(format!("processor-{partition}"))

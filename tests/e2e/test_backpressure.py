@@ -1,0 +1,74 @@
+"""Issue 6, overload: the ingest log's disk budget holds devices back instead of dropping or buffering
+(DESIGN.md section 4, Overload).
+
+A server with a small log budget (8 MiB of 1 MiB segments) takes `fleetwire bench` at its maximum rate. The log
+grows faster than the processors' one-second checkpoints reclaim it, so it reaches the budget: the MQTT
+connections stop reading (their devices wait, nothing is refused), the processors catch up, the log shrinks,
+and the connections read again. Meanwhile the REST API stays responsive; at the end the bench's verification
+finds every acknowledged point stored, and the log's size stayed near its budget.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+
+import requests
+
+from harness import FleetwireServer, binary_path
+
+MIB = 1024 * 1024
+BUDGET = 8 * MIB
+
+
+def directory_bytes(path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*.seg"))
+
+
+def test_the_disk_budget_holds_devices_back_and_loses_nothing(tmp_path):
+    server = FleetwireServer(tmp_path, name="budget", extra_env={
+        "FLEETWIRE_LOG_SEGMENT_BYTES_MAX": str(MIB),
+        "FLEETWIRE_LOG_DISK_BYTES_MAX": str(BUDGET),
+    })
+    server.start()
+    try:
+        stop = threading.Event()
+        health_ms: list[float] = []
+        log_bytes: list[int] = []
+
+        def watch():
+            while not stop.is_set():
+                started = time.monotonic()
+                resp = requests.get(f"{server.base_url}/healthz", timeout=10)
+                assert resp.status_code == 200
+                health_ms.append((time.monotonic() - started) * 1000)
+                log_bytes.append(directory_bytes(server.data_dir / "log"))
+                time.sleep(0.05)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        bench = subprocess.run(
+            [str(binary_path()), "bench", "--host", server.host, "--mqtt-port", str(server.mqtt_port),
+             "--http-port", str(server.http_port), "--devices", "200", "--create-devices", "--rate", "max",
+             "--warmup-s", "1", "--duration-s", "8", "--json"],
+            capture_output=True, text=True, timeout=300)
+        stop.set()
+        watcher.join(timeout=20)
+        assert bench.returncode == 0, f"bench failed ({bench.returncode}):\n{bench.stderr[-4000:]}"
+        report = json.loads(bench.stdout)
+        verification = report["verification"]
+        assert verification["acked_points"] > 0
+        assert verification["missing_points"] == 0, verification
+        assert report["totals"]["errors"] == 0, report["totals"]
+        assert not report["refusals"], report["refusals"]
+
+        log = server.log_text()
+        assert "disk budget reached" in log, "the load never reached the budget: nothing was tested"
+        assert log.count("disk budget reached") == 1, "one warning per minute, not one per pause"
+        # The budget is sampled every 100 ms, so it can be overshot by what arrives in that time.
+        assert max(log_bytes) < 3 * BUDGET, f"log grew to {max(log_bytes)} bytes"
+        assert health_ms and max(health_ms) < 1000, f"/healthz took up to {max(health_ms):.0f} ms"
+    finally:
+        server.stop()
