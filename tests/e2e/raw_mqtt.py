@@ -64,8 +64,8 @@ def packet(packet_type: int, flags: int, body: bytes) -> bytes:
 
 
 def connect(version: int, client_id: str, username: str | None = None, password: str | None = None,
-            keepalive_s: int = 60, clean: bool = True) -> bytes:
-    """CONNECT for protocol level 3 (MQTT 3.1, "MQIsdp"), 4 (3.1.1) or 5."""
+            keepalive_s: int = 60, clean: bool = True, properties: bytes = b"") -> bytes:
+    """CONNECT for protocol level 3 (MQTT 3.1, "MQIsdp"), 4 (3.1.1) or 5 (with encoded `properties`)."""
     name = "MQIsdp" if version == MQTT31 else "MQTT"
     flags = 0x02 if clean else 0
     if username is not None:
@@ -74,13 +74,18 @@ def connect(version: int, client_id: str, username: str | None = None, password:
         flags |= 0x40
     body = encode_str(name) + bytes([version, flags]) + struct.pack("!H", keepalive_s)
     if version == MQTT5:
-        body += encode_varint(0)  # no CONNECT properties
+        body += encode_varint(len(properties)) + properties
     body += encode_str(client_id)
     if username is not None:
         body += encode_str(username)
     if password is not None:
         body += encode_str(password)
     return packet(CONNECT, 0, body)
+
+
+def receive_maximum(value: int) -> bytes:
+    """The MQTT 5 CONNECT property Receive Maximum (0x21)."""
+    return bytes([0x21]) + struct.pack("!H", value)
 
 
 def publish(version: int, topic: str | bytes, payload: bytes | str, qos: int = 1, packet_id: int = 1) -> bytes:
@@ -254,9 +259,9 @@ class RawClient:
                 raise AssertionError(f"server kept the connection open; it sent {packets}") from None
 
     def connect(self, version: int, token: str | None, client_id: str = "raw-e2e", password: str | None = None,
-                timeout_s: float | None = None) -> int:
+                timeout_s: float | None = None, properties: bytes = b"") -> int:
         """Send CONNECT, return the CONNACK code."""
-        self.send(connect(version, client_id, username=token, password=password))
+        self.send(connect(version, client_id, username=token, password=password, properties=properties))
         return connack_code(self.expect(CONNACK, timeout_s))
 
     def publish_qos1(self, version: int, topic: str | bytes, payload: bytes | str, packet_id: int) -> int:

@@ -81,9 +81,11 @@ impl Outbox {
         }
     }
 
-    /// Takes everything queued.
-    pub fn drain(&self) -> VecDeque<Update> {
-        std::mem::take(&mut *self.queue.lock())
+    /// Takes up to `n` of the oldest updates queued.
+    pub fn drain_up_to(&self, n: usize) -> Vec<Update> {
+        let mut queue = self.queue.lock();
+        let n = n.min(queue.len());
+        queue.drain(..n).collect()
     }
 }
 

@@ -25,6 +25,9 @@ pub(super) struct Session<'a> {
     pub(super) protocol: Protocol,
     pub(super) device_id: Uuid,
     pub(super) gateway: bool,
+    /// Most QoS 1 publishes to the device unacknowledged at once: the client's Receive Maximum (MQTT 5),
+    /// at most [`super::OUTBOUND_INFLIGHT_MAX`].
+    pub(super) send_window: u16,
     pub(super) guard: SessionGuard<'a>,
 }
 
@@ -83,12 +86,18 @@ pub(super) async fn handshake(
     state
         .activity
         .connected(&state.ingest, device.device_id, now_ms());
+    let send_window = connect
+        .properties
+        .receive_maximum
+        .unwrap_or(u16::MAX)
+        .min(super::OUTBOUND_INFLIGHT_MAX);
     Some(Session {
         stream,
         buf,
         protocol,
         device_id: device.device_id,
         gateway: device.gateway,
+        send_window,
         guard,
     })
 }

@@ -26,6 +26,11 @@ use crate::ingest::events::SubscriptionId;
 use crate::ingest::{client_attributes_record, now_ms, telemetry_record, IngestError};
 use crate::AppState;
 
+/// Most QoS 1 publishes to a device (SHARED attribute updates, RPC) that may wait for its PUBACK; an MQTT 5
+/// client's smaller Receive Maximum wins. Beyond it, updates wait in the session's outbox, and a device that
+/// never acknowledges fills that outbox and is disconnected (0x97) instead of being sent more.
+pub(super) const OUTBOUND_INFLIGHT_MAX: u16 = 1024;
+
 /// How long a new connection may take to send its CONNECT.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Sessions without any packet for this long are closed (ThingsBoard's transport inactivity timeout).
@@ -79,6 +84,9 @@ struct Conn<'a> {
     subscriptions: Vec<(String, QoS)>,
     /// Packet id of the next server-to-device QoS 1 PUBLISH.
     next_pkid: u16,
+    /// QoS 1 publishes to the device not acknowledged yet, and how many may be (see `OUTBOUND_INFLIGHT_MAX`).
+    unacked: u16,
+    send_window: u16,
     /// Woken to close the session or to publish what the outbox holds.
     signal: Arc<CloseSignal>,
     /// SHARED attribute updates for this device, while it subscribes to them (reference 1.7).
@@ -107,6 +115,7 @@ pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
         protocol,
         device_id,
         gateway,
+        send_window,
         guard,
     } = session;
     let mut conn = Conn {
@@ -120,6 +129,8 @@ pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
         wait_seq: 0,
         subscriptions: Vec::new(),
         next_pkid: 1,
+        unacked: 0,
+        send_window,
         signal: guard.signal.clone(),
         attribute_updates: None,
         rpc_requests: None,
@@ -270,9 +281,33 @@ impl Conn<'_> {
         if self.out.is_empty() {
             return true;
         }
-        let written = tokio::time::timeout(WRITE_TIMEOUT, self.stream.write_all(&self.out)).await;
+        // A device that stops reading fills its socket buffer and then its outboxes, which close the session
+        // (0x97): that close ends a write that would otherwise wait out WRITE_TIMEOUT. (No DISCONNECT can
+        // follow a half-written packet, so the connection just closes.)
+        let signal = self.signal.clone();
+        let mut woken = false;
+        let written = {
+            let closed = async {
+                loop {
+                    if let Some(reason) = signal.signaled().await {
+                        return reason;
+                    }
+                    woken = true;
+                }
+            };
+            tokio::select! {
+                written = tokio::time::timeout(WRITE_TIMEOUT, self.stream.write_all(&self.out)) => {
+                    matches!(written, Ok(Ok(())))
+                }
+                _ = closed => false,
+            }
+        };
+        if woken {
+            // The outbox wake-up consumed above belongs to the packet loop.
+            self.signal.wake();
+        }
         self.out.clear();
-        matches!(written, Ok(Ok(())))
+        written
     }
 
     fn send(&mut self, packet: Packet) {
@@ -312,6 +347,12 @@ impl Conn<'_> {
             Packet::PubAck(ack) => {
                 if let Some(id) = self.rpc_requests.as_ref().and_then(|o| o.acked(ack.pkid)) {
                     self.state.rpcs.acked(self.device_id, id);
+                }
+                let was_full = self.unacked >= self.send_window;
+                self.unacked = self.unacked.saturating_sub(1);
+                if was_full {
+                    // The window has room again for what waited in the outboxes.
+                    self.publish_updates();
                 }
                 None
             }

@@ -23,14 +23,15 @@ impl Conn<'_> {
             .iter()
             .find(|(filter, _)| filter_matches(filter, &topic))
             .map_or(QoS::AtLeastOnce, |(_, qos)| *qos);
+        let topic = fleetwire_mqtt::Topic::try_from(topic).ok()?;
         let pkid = if qos == QoS::AtMostOnce {
             0
         } else {
             let pkid = self.next_pkid;
             self.next_pkid = self.next_pkid.checked_add(1).unwrap_or(1);
+            self.unacked = self.unacked.saturating_add(1);
             pkid
         };
-        let topic = fleetwire_mqtt::Topic::try_from(topic).ok()?;
         self.send(Packet::Publish(Publish {
             dup: false,
             qos,
@@ -89,7 +90,7 @@ impl Conn<'_> {
         let Some((_, outbox)) = &self.attribute_updates else {
             return;
         };
-        let updates = outbox.drain();
+        let outbox = outbox.clone();
         let Some(topic) = self
             .subscriptions
             .iter()
@@ -99,10 +100,18 @@ impl Conn<'_> {
         else {
             return;
         };
-        for update in updates {
-            // The outbox registers for SHARED pushes only.
-            if let Update::SharedAttributes(body) = update {
-                self.publish_to_device(topic.clone(), body);
+        // Within the send window: the rest waits in the outbox for PUBACKs (which call this again).
+        while self.unacked < self.send_window {
+            let room = usize::from(self.send_window - self.unacked);
+            let updates = outbox.drain_up_to(room);
+            if updates.is_empty() {
+                break;
+            }
+            for update in updates {
+                // The outbox registers for SHARED pushes only.
+                if let Update::SharedAttributes(body) = update {
+                    self.publish_to_device(topic.clone(), body);
+                }
             }
         }
     }
