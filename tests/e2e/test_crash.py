@@ -183,3 +183,44 @@ def test_clean_restart_keeps_data_and_devices(fresh_server: FleetwireServer):
 
 def _assert_n500(server, device_id, base) -> None:
     assert server.all_points(device_id, "n", base + 500, base + 501) == {base + 500: 500}
+
+
+@pytest.mark.crash
+def test_garbage_tails_in_the_log_and_the_tsdb_journal_are_cut_off_at_restart(fresh_server: FleetwireServer):
+    """A crash in the middle of a write leaves a torn or garbage tail after the last synced byte. Here both files that
+    are appended to in place get one after a kill -9: the active ingest log segment and fjall's journal (the
+    time-series store; sealed chunks are written to new files and renamed, so they are never torn). The restart
+    must cut the tails off, keep every acknowledged point and take new writes."""
+    server = fresh_server
+    device = server.create_device()
+    client = PahoDevice(server.host, server.mqtt_port, device.token, "5")
+    client.connect()
+    base = (int(time.time()) - 600) * 1000
+    for i in range(50):
+        client.publish_ok("v1/devices/me/telemetry", {"ts": base + i, "values": {"n": i}})
+    eventually(lambda: _assert_points(server, device.id, base, range(50)))
+    server.kill9()
+    client.client.loop_stop()
+
+    rng = random.Random(7)
+    segments = sorted((server.data_dir / "log").glob("p*/*.seg"))
+    journals = sorted((server.data_dir / "tsdb").glob("*.jnl"), key=lambda p: int(p.stem))
+    assert segments and journals, f"no log segment or journal under {server.data_dir}"
+    for path in (segments[-1], journals[-1]):
+        with open(path, "ab") as f:
+            f.write(bytes(rng.randrange(256) for _ in range(777)))
+
+    server.start()
+    _assert_points(server, device.id, base, range(50))
+    again = PahoDevice(server.host, server.mqtt_port, device.token, "3.1.1")
+    again.connect()
+    again.publish_ok("v1/devices/me/telemetry", {"ts": base + 50, "values": {"n": 50}})
+    again.close()
+    eventually(lambda: _assert_points(server, device.id, base, range(51)))
+    code = server.restart()
+    assert code == 0, f"SIGTERM exit code {code}"
+    _assert_points(server, device.id, base, range(51))
+
+
+def _assert_points(server, device_id, base, expected) -> None:
+    assert server.all_points(device_id, "n", base, base + 1000) == {base + i: i for i in expected}
