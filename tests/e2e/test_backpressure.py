@@ -3,9 +3,10 @@
 
 A server with a small log budget (8 MiB of 1 MiB segments) takes `fleetwire bench` at its maximum rate. The log
 grows faster than the processors' one-second checkpoints reclaim it, so it reaches the budget: the MQTT
-connections stop reading (their devices wait, nothing is refused), the processors catch up, the log shrinks,
-and the connections read again. Meanwhile the REST API stays responsive; at the end the bench's verification
-finds every acknowledged point stored, and the log's size stayed near its budget.
+connections then read only as fast as the processors apply (their devices wait, nothing is refused), in turns,
+so that a device that sends one message is not stuck behind the busy ones. Meanwhile the REST API and a fresh
+device's PUBACK stay within a second; at the end the bench's verification finds every acknowledged point stored,
+and the log's size stayed near its budget.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 import requests
 
 from harness import FleetwireServer, binary_path
+from mqtt_device import PahoDevice
 
 MIB = 1024 * 1024
 BUDGET = 8 * MIB
@@ -36,7 +38,11 @@ def test_the_disk_budget_holds_devices_back_and_loses_nothing(tmp_path):
     try:
         stop = threading.Event()
         health_ms: list[float] = []
+        puback_ms: list[float] = []
         log_bytes: list[int] = []
+        fresh = server.create_device()
+        probe = PahoDevice(server.host, server.mqtt_port, fresh.token, "5")
+        probe.connect()
 
         def watch():
             while not stop.is_set():
@@ -45,6 +51,9 @@ def test_the_disk_budget_holds_devices_back_and_loses_nothing(tmp_path):
                 assert resp.status_code == 200
                 health_ms.append((time.monotonic() - started) * 1000)
                 log_bytes.append(directory_bytes(server.data_dir / "log"))
+                started = time.monotonic()
+                probe.publish_ok("v1/devices/me/telemetry", {"probe": len(puback_ms)})
+                puback_ms.append((time.monotonic() - started) * 1000)
                 time.sleep(0.05)
 
         watcher = threading.Thread(target=watch, daemon=True)
@@ -70,5 +79,7 @@ def test_the_disk_budget_holds_devices_back_and_loses_nothing(tmp_path):
         # The budget is sampled every 100 ms, so it can be overshot by what arrives in that time.
         assert max(log_bytes) < 3 * BUDGET, f"log grew to {max(log_bytes)} bytes"
         assert health_ms and max(health_ms) < 1000, f"/healthz took up to {max(health_ms):.0f} ms"
+        assert puback_ms and max(puback_ms) < 1000, f"a fresh device's PUBACK took up to {max(puback_ms):.0f} ms"
+        probe.close()
     finally:
         server.stop()

@@ -2,9 +2,13 @@
 //!
 //! Two different answers to two different problems (DESIGN.md section 4):
 //! - **The log is over its disk budget** because the processors fell behind. Nothing is wrong with the
-//!   input, so nothing is refused: transports stop reading sockets ([`Ingest::admitted`] does not resolve)
-//!   until the processors catch up, the checkpoint reclaims segments and the log is back under 90% of the
-//!   budget. Devices see slow acknowledgements and full TCP windows, never an error.
+//!   input, so nothing is refused: transports read only as fast as the processors apply. Each read of a
+//!   connection then waits for a grant ([`Ingest::admitted`]); the monitor hands out, every sample, as many
+//!   grants as the bytes the processors applied in the last one are worth in reads (at least
+//!   [`GRANTS_MIN`]), and connections get them in arrival order, so a device that sends one message waits
+//!   behind one read of each busy connection, not behind their backlog. Once the processors catch up and the
+//!   log is back under 90% of the budget, reads are free again. Devices see slow acknowledgements and full
+//!   TCP windows, never an error.
 //! - **The file system is nearly full** (or a log write found it full). Waiting would not help, so writes
 //!   are refused with a clear error ([`IngestError::DiskFull`]) while free space is under the reserve, and
 //!   accepted again once it is back above it by 10%. The reserve keeps room for the stores behind the log
@@ -28,6 +32,12 @@ use tokio::sync::Notify;
 /// How often the monitor looks at the log's size and the file system's free space.
 pub(crate) const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 
+/// Fewest reads granted per sample while over the budget, so that every waiting connection gets a turn.
+pub(crate) const GRANTS_MIN: usize = 8;
+
+/// Most reads granted per sample while over the budget.
+const GRANTS_MAX: usize = 4096;
+
 /// How often a condition that persists is logged again at warn level.
 const REPEAT_WARNING: Duration = Duration::from_secs(60);
 
@@ -41,7 +51,6 @@ pub(crate) struct Limits {
 }
 
 /// The shared state the transports check.
-#[derive(Default)]
 pub(crate) struct Admission {
     /// The log is over its disk budget: transports wait before reading.
     paused: AtomicBool,
@@ -49,9 +58,24 @@ pub(crate) struct Admission {
     low_space: AtomicBool,
     /// Woken when `paused` clears.
     resumed: Notify,
+    /// While paused: one permit per read a connection may make, handed out in arrival order.
+    grants: tokio::sync::Semaphore,
     /// Last sampled log size and free space, for readiness and metrics.
     log_disk_bytes: AtomicU64,
     free_bytes: AtomicU64,
+}
+
+impl Default for Admission {
+    fn default() -> Self {
+        Admission {
+            paused: AtomicBool::new(false),
+            low_space: AtomicBool::new(false),
+            resumed: Notify::new(),
+            grants: tokio::sync::Semaphore::new(0),
+            log_disk_bytes: AtomicU64::new(0),
+            free_bytes: AtomicU64::new(u64::MAX),
+        }
+    }
 }
 
 impl Admission {
@@ -63,14 +87,23 @@ impl Admission {
         self.low_space.load(Ordering::Relaxed)
     }
 
-    /// Resolves once the log is under its budget again (at once if it is).
-    pub(crate) async fn resumed(&self) {
+    /// Resolves when a read may go ahead: at once under the budget; over it, with the next grant (or when
+    /// the log gets back under the budget).
+    pub(crate) async fn admit(&self) {
         loop {
             let notified = self.resumed.notified();
             if !self.paused() {
                 return;
             }
-            notified.await;
+            tokio::select! {
+                permit = self.grants.acquire() => {
+                    if let Ok(permit) = permit {
+                        permit.forget();
+                    }
+                    return;
+                }
+                () = notified => {}
+            }
         }
     }
 
@@ -85,9 +118,19 @@ impl Admission {
     }
 
     fn set_paused(&self, paused: bool) {
+        // Grants left from an earlier pause must not let a burst through.
+        self.grants.forget_permits(self.grants.available_permits());
         self.paused.store(paused, Ordering::Relaxed);
         if !paused {
             self.resumed.notify_waiters();
+        }
+    }
+
+    /// Tops the grants up to `n` available.
+    fn grant(&self, n: usize) {
+        let available = self.grants.available_permits();
+        if available < n {
+            self.grants.add_permits(n - available);
         }
     }
 }
@@ -103,10 +146,23 @@ fn free_bytes(dir: &std::path::Path) -> std::io::Result<u64> {
 pub(crate) fn monitor(
     admission: Arc<Admission>,
     log: Arc<Log>,
+    progress: Arc<Vec<super::PartitionProgress>>,
     data_dir: PathBuf,
     limits: Limits,
     stop: Arc<AtomicBool>,
 ) {
+    // For the grants while over the budget: bytes applied and appended at the last sample, the grants handed
+    // out then, and the bytes one granted read appended on average.
+    let applied_total = || -> u64 {
+        progress
+            .iter()
+            .map(|p| p.applied.load(Ordering::Acquire))
+            .sum()
+    };
+    let mut last_applied = applied_total();
+    let mut last_appended = log.stats().append_bytes;
+    let mut granted = 0usize;
+    let mut bytes_per_read = 1024u64;
     let mut paused_since: Option<Instant> = None;
     let mut low_since: Option<Instant> = None;
     let mut last_warning = Instant::now();
@@ -135,7 +191,7 @@ pub(crate) fn monitor(
                             budget = limits.disk_bytes_max,
                             lag_bytes,
                             pauses,
-                            "ingest log disk budget reached; transports stop reading until the processors catch up"
+                            "ingest log disk budget reached; transports read only as fast as the processors apply until they catch up"
                         );
                         budget_warned = Some(Instant::now());
                         pauses = 0;
@@ -147,7 +203,7 @@ pub(crate) fn monitor(
                     tracing::debug!(
                         log_bytes,
                         paused_ms = since.elapsed().as_millis() as u64,
-                        "ingest log back under its disk budget; transports read again"
+                        "ingest log back under its disk budget; transports read freely again"
                     );
                     admission.set_paused(false);
                     paused_since = None;
@@ -156,14 +212,32 @@ pub(crate) fn monitor(
                     tracing::warn!(
                         log_bytes,
                         lag_bytes,
-                        paused_s = since.elapsed().as_secs(),
-                        "ingest log still over its disk budget; transports are not reading"
+                        throttled_s = since.elapsed().as_secs(),
+                        "ingest log still over its disk budget; transports read only as fast as the processors apply"
                     );
                     budget_warned = Some(Instant::now());
                 }
                 _ => {}
             }
         }
+
+        let applied = applied_total();
+        let appended = log.stats().append_bytes;
+        if paused_since.is_some() {
+            // Reads in step with the processors: what they applied since the last sample, in reads of the
+            // size the granted ones have had.
+            let used = granted.saturating_sub(admission.grants.available_permits());
+            if used > 0 {
+                bytes_per_read = (appended.saturating_sub(last_appended) / used as u64).max(1);
+            }
+            let applied_bytes = applied.saturating_sub(last_applied);
+            granted = usize::try_from(applied_bytes / bytes_per_read)
+                .unwrap_or(GRANTS_MAX)
+                .clamp(GRANTS_MIN, GRANTS_MAX);
+            admission.grant(granted);
+        }
+        last_applied = applied;
+        last_appended = appended;
 
         match free_bytes(&data_dir) {
             Ok(free) => {
@@ -219,22 +293,51 @@ pub(crate) fn monitor(
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn resumed_waits_for_the_pause_to_end() {
-        let admission = Arc::new(Admission::default());
-        admission.resumed().await;
-        admission.set_paused(true);
-        let waiter = {
-            let admission = admission.clone();
-            tokio::spawn(async move { admission.resumed().await })
-        };
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        assert!(!waiter.is_finished());
-        admission.set_paused(false);
-        tokio::time::timeout(Duration::from_secs(5), waiter)
+    fn waiter(admission: &Arc<Admission>) -> tokio::task::JoinHandle<()> {
+        let admission = admission.clone();
+        tokio::spawn(async move { admission.admit().await })
+    }
+
+    async fn finishes(task: tokio::task::JoinHandle<()>) {
+        tokio::time::timeout(Duration::from_secs(5), task)
             .await
-            .expect("woken")
+            .expect("admitted")
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn over_the_budget_reads_wait_for_grants_in_arrival_order_or_the_release() {
+        let admission = Arc::new(Admission::default());
+        admission.admit().await;
+        admission.set_paused(true);
+        let first = waiter(&admission);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let second = waiter(&admission);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!first.is_finished() && !second.is_finished());
+
+        admission.grant(1);
+        finishes(first).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!second.is_finished(), "one grant, one read");
+
+        admission.set_paused(false);
+        finishes(second).await;
+        admission.admit().await;
+    }
+
+    #[tokio::test]
+    async fn grants_left_from_an_earlier_pause_do_not_carry_over() {
+        let admission = Arc::new(Admission::default());
+        admission.set_paused(true);
+        admission.grant(GRANTS_MIN);
+        admission.set_paused(false);
+        admission.set_paused(true);
+        let read = waiter(&admission);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!read.is_finished());
+        admission.set_paused(false);
+        finishes(read).await;
     }
 
     #[test]

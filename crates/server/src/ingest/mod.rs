@@ -193,6 +193,7 @@ impl Ingest {
         let admission = Arc::new(admission::Admission::default());
         {
             let (admission, log, stop) = (admission.clone(), log.clone(), shutdown.clone());
+            let progress = progress.clone();
             let limits = admission::Limits {
                 disk_bytes_max: config.log.disk_bytes_max,
                 disk_free_min_bytes: config.log.disk_free_min_bytes,
@@ -200,7 +201,7 @@ impl Ingest {
             let data_dir = dir.clone();
             let handle = std::thread::Builder::new()
                 .name("disk-monitor".to_string())
-                .spawn(move || admission::monitor(admission, log, data_dir, limits, stop))
+                .spawn(move || admission::monitor(admission, log, progress, data_dir, limits, stop))
                 .map_err(IngestError::Thread)?;
             processors.push(handle);
         }
@@ -298,7 +299,8 @@ impl Ingest {
         let mut durable = self.durable.clone();
         loop {
             if self.admission.paused() {
-                self.admission.resumed().await;
+                self.admission.admit().await;
+                return;
             } else if self.log.queue_full() && !self.log.is_disk_full() {
                 // The writer empties the queue when it takes a batch and publishes it after the commit.
                 durable.borrow_and_update();
