@@ -173,7 +173,7 @@ fn strict_array(items: &[J], telemetry: &Result<Vec<TsRecord>, PayloadError>) {
             Expected::InvalidTsOrGroup => usize::from(
                 !object["values"]
                     .as_object()
-                    .map_or(true, |v| v.values().all(J::is_null)),
+                    .is_none_or(|v| v.values().all(J::is_null)),
             ),
         })
         .sum();
