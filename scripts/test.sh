@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The one test command: formatting, lints, unit tests, fuzz-target build, release binary, black-box tests.
+# The one test command: formatting, lints, unit tests, fuzzing, release binary, black-box tests.
 #
 #   scripts/test.sh               everything, in order, stopping at the first failing step
-#   scripts/test.sh --quick       skip fmt, clippy and the fuzz build
+#   scripts/test.sh --quick       skip fmt, clippy and the fuzz build and run
 #   scripts/test.sh --e2e-only    only build the release binary and run tests/e2e
 #   scripts/test.sh -- ARGS...    extra arguments for pytest (e.g. -- -m crash, -- -k paho)
 #
@@ -10,7 +10,8 @@
 # root or through sudo), the Python packages of tests/e2e/requirements.txt into .venv and those of
 # tests/e2e/requirements-tbgw.txt (the real thingsboard-gateway) into .venv-tbgw (each only when its file
 # changed); Python 3.10+ and a Rust toolchain must be there. Set FLEETWIRE_BIN to test another binary than
-# target/release/fleetwire.
+# target/release/fleetwire, and FLEETWIRE_FUZZ_SECONDS to change how long each fuzz target runs (default 60;
+# fuzzing needs a nightly toolchain, without one the targets are only built).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -24,7 +25,7 @@ while [ $# -gt 0 ]; do
         --quick) quick=1 ;;
         --e2e-only) e2e_only=1 ;;
         --) shift; pytest_args=("$@"); break ;;
-        -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
         *) echo "unknown option: $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -49,8 +50,15 @@ if [ "$e2e_only" = 0 ]; then
 
     if [ "$quick" = 0 ]; then
         if [ -x scripts/fuzz-build.sh ]; then
-            section "fuzz targets build (scripts/fuzz-build.sh)"
-            scripts/fuzz-build.sh
+            if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+                # Each target runs this long (5 targets: about 5 minutes at the default 60 s).
+                fuzz_s=${FLEETWIRE_FUZZ_SECONDS:-60}
+                section "fuzz targets build and ${fuzz_s}s run each (scripts/fuzz-build.sh --run $fuzz_s)"
+                scripts/fuzz-build.sh --run "$fuzz_s"
+            else
+                section "fuzz targets build, no nightly to run them (scripts/fuzz-build.sh)"
+                scripts/fuzz-build.sh
+            fi
         else
             section "fuzz targets build: skipped (scripts/fuzz-build.sh absent or not executable)"
         fi

@@ -47,6 +47,9 @@ mod series;
 mod store;
 mod tsdb;
 
+#[doc(hidden)]
+pub mod fuzzing;
+
 pub use aggregate::Agg;
 pub use error::{Error, Result};
 pub use head::Source;
