@@ -222,9 +222,26 @@ impl<S: Send + Sync> FromRequestParts<S> for Peer {
     }
 }
 
+/// Why a request is refused before its handler does anything.
+enum Refused {
+    /// Unknown token: 401 with an empty body, as ThingsBoard answers.
+    UnknownToken,
+    /// Over a rate limit, or from a blocked address: 429.
+    Limited(ApiError),
+}
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        match self {
+            Refused::UnknownToken => StatusCode::UNAUTHORIZED.into_response(),
+            Refused::Limited(error) => error.into_response(),
+        }
+    }
+}
+
 /// The device a request's token names, once the request passed the rate limits as one message (not a data
 /// message: see [`authenticated`] and [`rate_limit`] for those).
-fn device(state: &AppState, token: &str, peer: &Peer) -> Result<DeviceAuth, Response> {
+fn device(state: &AppState, token: &str, peer: &Peer) -> Result<DeviceAuth, Refused> {
     let device = authenticated(state, token, peer)?;
     rate_limit(state, &device, 0)?;
     Ok(device)
@@ -233,15 +250,14 @@ fn device(state: &AppState, token: &str, peer: &Peer) -> Result<DeviceAuth, Resp
 /// The device a request's token names; each request is a short session of its own and counts as activity
 /// (reference 3, 6). An address blocked by the failed-authentication limit gets 429 without its token being
 /// looked at.
-fn authenticated(state: &AppState, token: &str, peer: &Peer) -> Result<DeviceAuth, Response> {
+fn authenticated(state: &AppState, token: &str, peer: &Peer) -> Result<DeviceAuth, Refused> {
     let limit = &state.limits.failed_auth;
     if let Some(ip) = peer.0 {
         if !limit.allows(ip, now_ns()) {
             tracing::debug!(%ip, "device API request refused: address blocked after failed authentications");
-            return Err(ApiError::too_many_requests(
+            return Err(Refused::Limited(ApiError::too_many_requests(
                 "Too many failed authentications from this address!",
-            )
-            .into_response());
+            )));
         }
     }
     // Unknown token: 401 with an empty body, as ThingsBoard answers.
@@ -251,7 +267,7 @@ fn authenticated(state: &AppState, token: &str, peer: &Peer) -> Result<DeviceAut
                 tracing::info!(%ip, "address blocked after repeated failed authentications");
             }
         }
-        return Err(StatusCode::UNAUTHORIZED.into_response());
+        return Err(Refused::UnknownToken);
     };
     if let Some(ip) = peer.0 {
         limit.succeeded(ip);
@@ -264,7 +280,7 @@ fn authenticated(state: &AppState, token: &str, peer: &Peer) -> Result<DeviceAut
 
 /// Accounts one request of `device` carrying `data_points` (reference 7); 429 with ThingsBoard's error body
 /// (errorCode 33) when a limit refuses it.
-fn rate_limit(state: &AppState, device: &DeviceAuth, data_points: usize) -> Result<(), Response> {
+fn rate_limit(state: &AppState, device: &DeviceAuth, data_points: usize) -> Result<(), Refused> {
     let limits = &state.limits.transport;
     if !limits.is_active() {
         return Ok(());
@@ -284,8 +300,9 @@ fn rate_limit(state: &AppState, device: &DeviceAuth, data_points: usize) -> Resu
                 crate::limits::Level::Device => "device",
                 crate::limits::Level::GatewayDevice | crate::limits::Level::Gateway => "gateway",
             };
-            ApiError::too_many_requests(format!("Too many requests for current {whose}!"))
-                .into_response()
+            Refused::Limited(ApiError::too_many_requests(format!(
+                "Too many requests for current {whose}!"
+            )))
         })
 }
 
@@ -304,16 +321,16 @@ async fn post_telemetry(
 ) -> Response {
     let device = match authenticated(&state, &token, &peer) {
         Ok(device) => device,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     match telemetry_record(device.device_id, &body) {
         Ok(Some(record)) => match rate_limit(&state, &device, record.data_point_count()) {
             Ok(()) => store(&state, &device, record).await,
-            Err(refused) => refused,
+            Err(refused) => refused.into_response(),
         },
         Ok(None) => match rate_limit(&state, &device, 0) {
             Ok(()) => StatusCode::OK.into_response(),
-            Err(refused) => refused,
+            Err(refused) => refused.into_response(),
         },
         Err(e) => ApiError::bad_request(format!("Invalid telemetry payload: {e}")).into_response(),
     }
@@ -327,16 +344,16 @@ async fn post_attributes(
 ) -> Response {
     let device = match authenticated(&state, &token, &peer) {
         Ok(device) => device,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     match client_attributes_record(device.device_id, &body) {
         Ok(Some(record)) => match rate_limit(&state, &device, record.data_point_count()) {
             Ok(()) => store(&state, &device, record).await,
-            Err(refused) => refused,
+            Err(refused) => refused.into_response(),
         },
         Ok(None) => match rate_limit(&state, &device, 0) {
             Ok(()) => StatusCode::OK.into_response(),
-            Err(refused) => refused,
+            Err(refused) => refused.into_response(),
         },
         Err(e) => ApiError::bad_request(format!("Invalid attributes payload: {e}")).into_response(),
     }

@@ -661,9 +661,11 @@ mod tests {
 
     #[test]
     fn rest_limits_per_tenant_and_customer() {
-        let mut c = RateLimitsConfig::default();
-        c.rest_tenant = "3:1".into();
-        c.rest_customer = "1:1".into();
+        let c = RateLimitsConfig {
+            rest_tenant: "3:1".into(),
+            rest_customer: "1:1".into(),
+            ..Default::default()
+        };
         let l = RestLimits::new(&c);
         assert!(l.is_active());
         let (t, cu) = (Some(id(1)), Some(id(2)));
