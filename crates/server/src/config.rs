@@ -45,6 +45,7 @@ pub struct Config {
     pub log: LogConfig,
     pub tsdb: TsdbConfig,
     pub activity: ActivityConfig,
+    pub rate_limits: RateLimitsConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -148,6 +149,127 @@ pub struct TsdbConfig {
     pub query_points_max: usize,
 }
 
+/// Rate limits (reference 7), ThingsBoard's tenant-profile keys in snake_case. This section is the default
+/// tenant profile of every tenant. Each limit is `"capacity:seconds[,capacity:seconds…]"`; empty = unlimited.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RateLimitsConfig {
+    /// All transport messages of a tenant that carry no data points (`transportTenantMsgRateLimit`).
+    pub transport_tenant_msg: String,
+    /// A tenant's messages carrying data points (`transportTenantTelemetryMsgRateLimit`).
+    pub transport_tenant_telemetry_msg: String,
+    /// A tenant's data points (`transportTenantTelemetryDataPointsRateLimit`).
+    pub transport_tenant_telemetry_data_points: String,
+    /// Per directly connected device (`transportDeviceMsgRateLimit`).
+    pub transport_device_msg: String,
+    /// `transportDeviceTelemetryMsgRateLimit`.
+    pub transport_device_telemetry_msg: String,
+    /// `transportDeviceTelemetryDataPointsRateLimit`.
+    pub transport_device_telemetry_data_points: String,
+    /// Per gateway, messages of the devices behind it (`transportGatewayMsgRateLimit`).
+    pub transport_gateway_msg: String,
+    /// `transportGatewayTelemetryMsgRateLimit`.
+    pub transport_gateway_telemetry_msg: String,
+    /// `transportGatewayTelemetryDataPointsRateLimit`.
+    pub transport_gateway_telemetry_data_points: String,
+    /// Per gateway, its own messages (`transportGatewayDeviceMsgRateLimit`).
+    pub transport_gateway_device_msg: String,
+    /// `transportGatewayDeviceTelemetryMsgRateLimit`.
+    pub transport_gateway_device_telemetry_msg: String,
+    /// `transportGatewayDeviceTelemetryDataPointsRateLimit`.
+    pub transport_gateway_device_telemetry_data_points: String,
+    /// REST requests per tenant (`tenantServerRestLimitsConfiguration`).
+    pub rest_tenant: String,
+    /// REST requests per customer, for customer users (`customerServerRestLimitsConfiguration`).
+    pub rest_customer: String,
+    /// Block a source address after repeated failed device authentications (MQTT CONNECT, HTTP device
+    /// API token); ThingsBoard's `TB_TRANSPORT_IP_RATE_LIMITS_ENABLED`.
+    pub failed_auth_limit_enabled: bool,
+    /// Failed authentications from one address, without a success between, that block it.
+    pub failed_auth_per_ip_max: u32,
+    /// How long a blocked address stays blocked, seconds.
+    pub failed_auth_block_s: u64,
+}
+
+impl RateLimitsConfig {
+    /// The limit keys with their values, in file order (for validation, env overrides and reporting).
+    pub fn specs(&self) -> [(&'static str, &String); 14] {
+        [
+            ("transport_tenant_msg", &self.transport_tenant_msg),
+            (
+                "transport_tenant_telemetry_msg",
+                &self.transport_tenant_telemetry_msg,
+            ),
+            (
+                "transport_tenant_telemetry_data_points",
+                &self.transport_tenant_telemetry_data_points,
+            ),
+            ("transport_device_msg", &self.transport_device_msg),
+            (
+                "transport_device_telemetry_msg",
+                &self.transport_device_telemetry_msg,
+            ),
+            (
+                "transport_device_telemetry_data_points",
+                &self.transport_device_telemetry_data_points,
+            ),
+            ("transport_gateway_msg", &self.transport_gateway_msg),
+            (
+                "transport_gateway_telemetry_msg",
+                &self.transport_gateway_telemetry_msg,
+            ),
+            (
+                "transport_gateway_telemetry_data_points",
+                &self.transport_gateway_telemetry_data_points,
+            ),
+            (
+                "transport_gateway_device_msg",
+                &self.transport_gateway_device_msg,
+            ),
+            (
+                "transport_gateway_device_telemetry_msg",
+                &self.transport_gateway_device_telemetry_msg,
+            ),
+            (
+                "transport_gateway_device_telemetry_data_points",
+                &self.transport_gateway_device_telemetry_data_points,
+            ),
+            ("rest_tenant", &self.rest_tenant),
+            ("rest_customer", &self.rest_customer),
+        ]
+    }
+
+    fn spec_mut(&mut self, key: &str) -> Option<&mut String> {
+        Some(match key {
+            "transport_tenant_msg" => &mut self.transport_tenant_msg,
+            "transport_tenant_telemetry_msg" => &mut self.transport_tenant_telemetry_msg,
+            "transport_tenant_telemetry_data_points" => {
+                &mut self.transport_tenant_telemetry_data_points
+            }
+            "transport_device_msg" => &mut self.transport_device_msg,
+            "transport_device_telemetry_msg" => &mut self.transport_device_telemetry_msg,
+            "transport_device_telemetry_data_points" => {
+                &mut self.transport_device_telemetry_data_points
+            }
+            "transport_gateway_msg" => &mut self.transport_gateway_msg,
+            "transport_gateway_telemetry_msg" => &mut self.transport_gateway_telemetry_msg,
+            "transport_gateway_telemetry_data_points" => {
+                &mut self.transport_gateway_telemetry_data_points
+            }
+            "transport_gateway_device_msg" => &mut self.transport_gateway_device_msg,
+            "transport_gateway_device_telemetry_msg" => {
+                &mut self.transport_gateway_device_telemetry_msg
+            }
+            "transport_gateway_device_telemetry_data_points" => {
+                &mut self.transport_gateway_device_telemetry_data_points
+            }
+            "rest_tenant" => &mut self.rest_tenant,
+            "rest_customer" => &mut self.rest_customer,
+            _ => return None,
+        })
+    }
+}
+
 /// Parses a TOML document into a config, naming `origin` in errors.
 fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
     toml::from_str(text).map_err(|e| ConfigError::Parse {
@@ -176,6 +298,7 @@ impl Default for Config {
             log: LogConfig::default(),
             tsdb: TsdbConfig::default(),
             activity: ActivityConfig::default(),
+            rate_limits: RateLimitsConfig::default(),
         }
     }
 }
@@ -241,6 +364,31 @@ impl Default for LogConfig {
             group_commit_max_delay_us: 1000,
             disk_bytes_max: 16 << 30,
             disk_free_min_bytes: 256 << 20,
+        }
+    }
+}
+
+impl Default for RateLimitsConfig {
+    fn default() -> Self {
+        // ThingsBoard CE's default tenant profile sets no transport or REST limit.
+        RateLimitsConfig {
+            transport_tenant_msg: String::new(),
+            transport_tenant_telemetry_msg: String::new(),
+            transport_tenant_telemetry_data_points: String::new(),
+            transport_device_msg: String::new(),
+            transport_device_telemetry_msg: String::new(),
+            transport_device_telemetry_data_points: String::new(),
+            transport_gateway_msg: String::new(),
+            transport_gateway_telemetry_msg: String::new(),
+            transport_gateway_telemetry_data_points: String::new(),
+            transport_gateway_device_msg: String::new(),
+            transport_gateway_device_telemetry_msg: String::new(),
+            transport_gateway_device_telemetry_data_points: String::new(),
+            rest_tenant: String::new(),
+            rest_customer: String::new(),
+            failed_auth_limit_enabled: false,
+            failed_auth_per_ip_max: 10,
+            failed_auth_block_s: 60,
         }
     }
 }
@@ -327,6 +475,29 @@ impl Config {
         if let Some(v) = get("FLEETWIRE_DEMO") {
             self.bootstrap.demo = matches!(v.as_str(), "1" | "true" | "yes" | "on");
         }
+        // Every limit of `[rate_limits]`: FLEETWIRE_RATE_LIMITS_TRANSPORT_DEVICE_MSG="20:1,600:60" and so on.
+        for (key, _) in self.rate_limits.clone().specs() {
+            if let Some(v) = get(&format!(
+                "FLEETWIRE_RATE_LIMITS_{}",
+                key.to_ascii_uppercase()
+            )) {
+                if let Some(spec) = self.rate_limits.spec_mut(key) {
+                    *spec = v;
+                }
+            }
+        }
+        if let Some(v) = get("FLEETWIRE_RATE_LIMITS_FAILED_AUTH_LIMIT_ENABLED") {
+            self.rate_limits.failed_auth_limit_enabled =
+                matches!(v.as_str(), "1" | "true" | "yes" | "on");
+        }
+        if let Some(v) = get("FLEETWIRE_RATE_LIMITS_FAILED_AUTH_PER_IP_MAX") {
+            self.rate_limits.failed_auth_per_ip_max =
+                parsed("FLEETWIRE_RATE_LIMITS_FAILED_AUTH_PER_IP_MAX", v)?;
+        }
+        if let Some(v) = get("FLEETWIRE_RATE_LIMITS_FAILED_AUTH_BLOCK_S") {
+            self.rate_limits.failed_auth_block_s =
+                parsed("FLEETWIRE_RATE_LIMITS_FAILED_AUTH_BLOCK_S", v)?;
+        }
         if let Some(v) = get("FLEETWIRE_DURABILITY") {
             self.log.durability = match v.as_str() {
                 "fsync" => Durability::Fsync,
@@ -373,6 +544,17 @@ impl Config {
         if self.activity.check_interval_ms == 0 || self.activity.inactivity_timeout_ms == 0 {
             return bad(
                 "activity.check_interval_ms and activity.inactivity_timeout_ms must be positive",
+            );
+        }
+        for (key, value) in self.rate_limits.specs() {
+            if let Err(e) = crate::limits::rate::RateSpec::parse(value) {
+                return Err(ConfigError::Invalid(format!("rate_limits.{key}: {e}")));
+            }
+        }
+        if self.rate_limits.failed_auth_per_ip_max == 0 || self.rate_limits.failed_auth_block_s == 0
+        {
+            return bad(
+                "rate_limits.failed_auth_per_ip_max and rate_limits.failed_auth_block_s must be positive",
             );
         }
         Ok(())
@@ -430,5 +612,31 @@ mod tests {
             .apply_env(|k| (k == "FLEETWIRE_HTTP_PORT").then(|| "http".to_string()))
             .unwrap_err();
         assert!(err.to_string().contains("FLEETWIRE_HTTP_PORT"));
+    }
+
+    #[test]
+    fn rate_limits_from_env_and_checked_at_start() {
+        let mut c = Config::default();
+        c.apply_env(|k| match k {
+            "FLEETWIRE_RATE_LIMITS_TRANSPORT_DEVICE_MSG" => Some("20:1,600:60".into()),
+            "FLEETWIRE_RATE_LIMITS_REST_TENANT" => Some("100:1".into()),
+            "FLEETWIRE_RATE_LIMITS_FAILED_AUTH_LIMIT_ENABLED" => Some("true".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(c.rate_limits.transport_device_msg, "20:1,600:60");
+        assert_eq!(c.rate_limits.rest_tenant, "100:1");
+        assert!(c.rate_limits.failed_auth_limit_enabled);
+        c.validate().unwrap();
+        let c = parse(
+            "[rate_limits]\ntransport_gateway_telemetry_data_points = \"10:1,x\"\n",
+            "test",
+        )
+        .unwrap();
+        let err = c.validate().unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "invalid config: rate_limits.transport_gateway_telemetry_data_points: \"x\" is not of the form capacity:seconds"
+        );
     }
 }

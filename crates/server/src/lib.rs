@@ -10,6 +10,8 @@
 //! - [`client_rpc`]: client-side RPC methods handed to a profile's webhook.
 //! - [`claim`]: device claiming announcements.
 //! - [`provision`]: device provisioning over MQTT and HTTP.
+//! - [`limits`]: rate limits per tenant, device, gateway and customer (ThingsBoard's `capacity:seconds`), and
+//!   the failed-authentication limit per source address.
 //! - [`rpc`]: server-side RPC: requests from REST to a device's MQTT session or HTTP poll, and its replies.
 //! - [`serve`]: starts everything and runs until shutdown.
 
@@ -19,6 +21,7 @@ pub mod claim;
 pub mod client_rpc;
 pub mod config;
 pub mod ingest;
+pub mod limits;
 pub mod mqtt;
 pub mod provision;
 pub mod rpc;

@@ -97,6 +97,8 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         Err(e) => tracing::warn!(error = %e, "cannot resume persistent RPC requests"),
     }
     let app = crate::api::router(state.clone());
+    // With the client's address: the HTTP device API's failed-authentication limit is per address.
+    let app = app.into_make_service_with_connect_info::<SocketAddr>();
     axum::serve(http, app)
         .with_graceful_shutdown(shutdown_signal())
         .await

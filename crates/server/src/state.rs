@@ -31,6 +31,8 @@ pub struct Shared {
     pub rpcs: Rpcs,
     /// Devices that announced they may be claimed.
     pub claims: crate::claim::Claims,
+    /// Rate limits and the failed-authentication limit, with their buckets.
+    pub limits: crate::limits::Limits,
 }
 
 impl std::ops::Deref for AppState {
@@ -71,7 +73,6 @@ impl AppState {
             .load(ingest.attributes(), entities.device_count())
             .map_err(|e| StartError::Ingest(crate::ingest::IngestError::Attributes(e)))?;
         let state = AppState(Arc::new(Shared {
-            config,
             entities,
             auth,
             ingest,
@@ -79,6 +80,8 @@ impl AppState {
             activity,
             rpcs: Rpcs::default(),
             claims: Default::default(),
+            limits: crate::limits::Limits::new(&config.rate_limits),
+            config,
         }));
         // A deleted device or changed credentials end the device's session (reference 1.1). The callback
         // holds a weak reference so the state can still be dropped.

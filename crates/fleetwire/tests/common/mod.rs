@@ -64,17 +64,28 @@ pub struct Server {
     dir: tempfile::TempDir,
     pub mqtt_port: u16,
     pub http_port: u16,
+    /// Extra environment of the server process (config overrides).
+    env: Vec<(String, String)>,
 }
 
 impl Server {
     /// Starts a server on fresh ports and a fresh data dir, and waits until `/healthz` answers 200.
     pub fn start() -> Server {
+        Server::start_with_env(&[])
+    }
+
+    /// [`Server::start`] with extra environment variables, e.g. `FLEETWIRE_RATE_LIMITS_*` overrides.
+    pub fn start_with_env(env: &[(&str, &str)]) -> Server {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut server = Server {
             child: None,
             dir,
             mqtt_port: 0,
             http_port: 0,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         for attempt in 1..=START_ATTEMPTS {
             server.mqtt_port = free_port();
@@ -131,6 +142,7 @@ impl Server {
             .env("FLEETWIRE_BIND", "127.0.0.1")
             .env("FLEETWIRE_DEMO", "true")
             .env_remove("FLEETWIRE_DATA_DIR")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err)

@@ -17,6 +17,7 @@ pub mod code {
     pub const PERMISSION_DENIED: u32 = 20;
     pub const BAD_REQUEST_PARAMS: u32 = 31;
     pub const ITEM_NOT_FOUND: u32 = 32;
+    pub const TOO_MANY_REQUESTS: u32 = 33;
     pub const VERSION_CONFLICT: u32 = 35;
     pub const DATABASE: u32 = 46;
 }
@@ -80,6 +81,15 @@ impl ApiError {
     /// 409, errorCode 35.
     pub fn version_conflict(message: impl Into<String>) -> ApiError {
         ApiError::json(StatusCode::CONFLICT, code::VERSION_CONFLICT, message)
+    }
+
+    /// 429, errorCode 33: a rate limit refused the request.
+    pub fn too_many_requests(message: impl Into<String>) -> ApiError {
+        ApiError::json(
+            StatusCode::TOO_MANY_REQUESTS,
+            code::TOO_MANY_REQUESTS,
+            message,
+        )
     }
 
     /// 500, errorCode 2.

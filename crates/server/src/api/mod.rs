@@ -5,6 +5,7 @@
 //!   each, with its JSON.
 //! - [`telemetry`], [`attributes`]: telemetry and attribute endpoints; [`ws`]: live subscriptions.
 //! - [`rpc`]: server-side RPC to devices.
+//! - [`rate_limit`]: REST rate limits per tenant and customer (429, errorCode 33).
 //! - [`error`]: [`error::ApiError`], ThingsBoard's error body; [`extract`]: extractors that fail with it.
 //! - [`page`], [`json`]: page parameters and results, entity ids.
 //!
@@ -23,6 +24,7 @@ pub mod extract;
 pub mod json;
 pub mod page;
 pub mod profiles;
+pub mod rate_limit;
 pub mod rpc;
 pub mod rpc_persistent;
 pub mod telemetry;
@@ -44,7 +46,7 @@ use error::ApiError;
 /// request body limit of `http.body_bytes_max`.
 pub fn router(state: AppState) -> Router {
     let body_bytes_max = state.config.http.body_bytes_max;
-    Router::new()
+    let router = Router::new()
         .route("/healthz", get(health))
         .merge(auth::routes())
         .merge(devices::routes())
@@ -61,7 +63,17 @@ pub fn router(state: AppState) -> Router {
         .merge(ws::routes())
         .merge(crate::ingest::http::routes())
         .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
+        .method_not_allowed_fallback(method_not_allowed);
+    // REST rate limits: a layer only when configured, so unlimited costs nothing.
+    let router = if state.limits.rest.is_active() {
+        router.layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            rate_limit::limit,
+        ))
+    } else {
+        router
+    };
+    router
         .layer(DefaultBodyLimit::max(body_bytes_max))
         .with_state(state)
 }

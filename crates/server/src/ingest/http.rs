@@ -1,11 +1,13 @@
 //! The HTTP device API (reference section 3): `/api/v1/{accessToken}/...`.
 //!
 //! Each request is answered only once its data is durable in the ingest log, like a QoS 1 PUBACK.
-//! Deliberate difference from ThingsBoard: malformed JSON gets 400 with a JSON message, not 500
-//! (docs/compatibility.md).
+//! Deliberate differences from ThingsBoard: malformed JSON gets 400 with a JSON message, not 500, and a
+//! request over a rate limit gets 429 with a JSON message (errorCode 33), not an empty 500
+//! (docs/compatibility.md). Each request is a message for the rate limits (reference 7); telemetry and
+//! attribute posts count their data points.
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -18,6 +20,7 @@ use super::attributes::split_keys;
 use super::events::{OneShot, Update};
 use super::{client_attributes_record, telemetry_record};
 use crate::api::error::ApiError;
+use crate::limits::{now_ns, Sender};
 use crate::AppState;
 
 pub fn routes() -> Router<AppState> {
@@ -39,9 +42,10 @@ pub fn routes() -> Router<AppState> {
 async fn rpc_poll(
     State(state): State<AppState>,
     Path(token): Path<String>,
+    peer: Peer,
     Query(poll): Query<LongPoll>,
 ) -> Response {
-    let device = match device(&state, &token) {
+    let device = match device(&state, &token, &peer) {
         Ok(device) => device,
         Err(refused) => return refused.into_response(),
     };
@@ -81,8 +85,13 @@ impl Drop for Detach<'_> {
 }
 
 /// `POST /api/v1/{token}/claim` `{"secretKey":…,"durationMs":…}` (optional): the device may be claimed.
-async fn claim(State(state): State<AppState>, Path(token): Path<String>, body: Bytes) -> Response {
-    let device = match device(&state, &token) {
+async fn claim(
+    State(state): State<AppState>,
+    Path(token): Path<String>,
+    peer: Peer,
+    body: Bytes,
+) -> Response {
+    let device = match device(&state, &token, &peer) {
         Ok(device) => device,
         Err(refused) => return refused.into_response(),
     };
@@ -103,9 +112,10 @@ async fn provision(State(state): State<AppState>, body: Bytes) -> Response {
 async fn client_rpc(
     State(state): State<AppState>,
     Path(token): Path<String>,
+    peer: Peer,
     body: Bytes,
 ) -> Response {
-    let device = match device(&state, &token) {
+    let device = match device(&state, &token, &peer) {
         Ok(device) => device,
         Err(refused) => return refused.into_response(),
     };
@@ -135,9 +145,10 @@ async fn client_rpc(
 async fn rpc_reply(
     State(state): State<AppState>,
     Path((token, id)): Path<(String, String)>,
+    peer: Peer,
     body: Bytes,
 ) -> Response {
-    let device = match device(&state, &token) {
+    let device = match device(&state, &token, &peer) {
         Ok(device) => device,
         Err(refused) => return refused.into_response(),
     };
@@ -172,9 +183,10 @@ struct LongPoll {
 async fn attribute_updates(
     State(state): State<AppState>,
     Path(token): Path<String>,
+    peer: Peer,
     Query(poll): Query<LongPoll>,
 ) -> Response {
-    let device = match device(&state, &token) {
+    let device = match device(&state, &token, &peer) {
         Ok(device) => device,
         Err(refused) => return refused.into_response(),
     };
@@ -195,18 +207,103 @@ async fn attribute_updates(
     }
 }
 
+/// The client's address, when the server runs with connect info (in-process tests do not).
+struct Peer(Option<std::net::IpAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Peer {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let info = parts.extensions.get::<ConnectInfo<std::net::SocketAddr>>();
+        Ok(Peer(info.map(|info| info.0.ip())))
+    }
+}
+
+/// Why a request is refused before its handler does anything.
+enum Refused {
+    /// Unknown token: 401 with an empty body, as ThingsBoard answers.
+    UnknownToken,
+    /// Over a rate limit, or from a blocked address: 429.
+    Limited(ApiError),
+}
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        match self {
+            Refused::UnknownToken => StatusCode::UNAUTHORIZED.into_response(),
+            Refused::Limited(error) => error.into_response(),
+        }
+    }
+}
+
+/// The device a request's token names, once the request passed the rate limits as one message (not a data
+/// message: see [`authenticated`] and [`rate_limit`] for those).
+fn device(state: &AppState, token: &str, peer: &Peer) -> Result<DeviceAuth, Refused> {
+    let device = authenticated(state, token, peer)?;
+    rate_limit(state, &device, 0)?;
+    Ok(device)
+}
+
 /// The device a request's token names; each request is a short session of its own and counts as activity
-/// (reference 3, 6).
-fn device(state: &AppState, token: &str) -> Result<DeviceAuth, StatusCode> {
+/// (reference 3, 6). An address blocked by the failed-authentication limit gets 429 without its token being
+/// looked at.
+fn authenticated(state: &AppState, token: &str, peer: &Peer) -> Result<DeviceAuth, Refused> {
+    let limit = &state.limits.failed_auth;
+    if let Some(ip) = peer.0 {
+        if !limit.allows(ip, now_ns()) {
+            tracing::debug!(%ip, "device API request refused: address blocked after failed authentications");
+            return Err(Refused::Limited(ApiError::too_many_requests(
+                "Too many failed authentications from this address!",
+            )));
+        }
+    }
     // Unknown token: 401 with an empty body, as ThingsBoard answers.
-    let device = state
-        .entities
-        .device_by_access_token(token)
-        .ok_or(StatusCode::UNAUTHORIZED)?;
+    let Some(device) = state.entities.device_by_access_token(token) else {
+        if let Some(ip) = peer.0 {
+            if limit.failed(ip, now_ns()) {
+                tracing::info!(%ip, "address blocked after repeated failed authentications");
+            }
+        }
+        return Err(Refused::UnknownToken);
+    };
+    if let Some(ip) = peer.0 {
+        limit.succeeded(ip);
+    }
     state
         .activity
         .http_request(&state.ingest, device.device_id, super::now_ms());
     Ok(device)
+}
+
+/// Accounts one request of `device` carrying `data_points` (reference 7); 429 with ThingsBoard's error body
+/// (errorCode 33) when a limit refuses it.
+fn rate_limit(state: &AppState, device: &DeviceAuth, data_points: usize) -> Result<(), Refused> {
+    let limits = &state.limits.transport;
+    if !limits.is_active() {
+        return Ok(());
+    }
+    let sender = if device.gateway {
+        Sender::GatewayItself(device.device_id)
+    } else {
+        Sender::Device(device.device_id)
+    };
+    let tenant = device.tenant_id;
+    limits
+        .check(|| Some(tenant), sender, data_points, now_ns())
+        .map_err(|level| {
+            tracing::debug!(device = %device.device_id, level = level.as_str(), "rate limit exceeded");
+            let whose = match level {
+                crate::limits::Level::Tenant => "tenant",
+                crate::limits::Level::Device => "device",
+                crate::limits::Level::GatewayDevice | crate::limits::Level::Gateway => "gateway",
+            };
+            Refused::Limited(ApiError::too_many_requests(format!(
+                "Too many requests for current {whose}!"
+            )))
+        })
 }
 
 async fn store(state: &AppState, device: &DeviceAuth, record: Record) -> Response {
@@ -219,15 +316,22 @@ async fn store(state: &AppState, device: &DeviceAuth, record: Record) -> Respons
 async fn post_telemetry(
     State(state): State<AppState>,
     Path(token): Path<String>,
+    peer: Peer,
     body: Bytes,
 ) -> Response {
-    let device = match device(&state, &token) {
+    let device = match authenticated(&state, &token, &peer) {
         Ok(device) => device,
         Err(refused) => return refused.into_response(),
     };
     match telemetry_record(device.device_id, &body) {
-        Ok(Some(record)) => store(&state, &device, record).await,
-        Ok(None) => StatusCode::OK.into_response(),
+        Ok(Some(record)) => match rate_limit(&state, &device, record.data_point_count()) {
+            Ok(()) => store(&state, &device, record).await,
+            Err(refused) => refused.into_response(),
+        },
+        Ok(None) => match rate_limit(&state, &device, 0) {
+            Ok(()) => StatusCode::OK.into_response(),
+            Err(refused) => refused.into_response(),
+        },
         Err(e) => ApiError::bad_request(format!("Invalid telemetry payload: {e}")).into_response(),
     }
 }
@@ -235,15 +339,22 @@ async fn post_telemetry(
 async fn post_attributes(
     State(state): State<AppState>,
     Path(token): Path<String>,
+    peer: Peer,
     body: Bytes,
 ) -> Response {
-    let device = match device(&state, &token) {
+    let device = match authenticated(&state, &token, &peer) {
         Ok(device) => device,
         Err(refused) => return refused.into_response(),
     };
     match client_attributes_record(device.device_id, &body) {
-        Ok(Some(record)) => store(&state, &device, record).await,
-        Ok(None) => StatusCode::OK.into_response(),
+        Ok(Some(record)) => match rate_limit(&state, &device, record.data_point_count()) {
+            Ok(()) => store(&state, &device, record).await,
+            Err(refused) => refused.into_response(),
+        },
+        Ok(None) => match rate_limit(&state, &device, 0) {
+            Ok(()) => StatusCode::OK.into_response(),
+            Err(refused) => refused.into_response(),
+        },
         Err(e) => ApiError::bad_request(format!("Invalid attributes payload: {e}")).into_response(),
     }
 }
@@ -259,9 +370,10 @@ struct AttributeKeys {
 async fn get_attributes(
     State(state): State<AppState>,
     Path(token): Path<String>,
+    peer: Peer,
     Query(keys): Query<AttributeKeys>,
 ) -> Response {
-    let device = match device(&state, &token) {
+    let device = match device(&state, &token, &peer) {
         Ok(device) => device,
         Err(refused) => return refused.into_response(),
     };

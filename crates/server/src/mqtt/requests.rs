@@ -54,19 +54,21 @@ pub fn client_rpc(
     })
 }
 
-/// The answer of a built-in client-side RPC method; `None` for any other method. A gateway's session limits
-/// also carry `gatewayRateLimits`, the limits of the devices behind it (all unlimited: null).
+/// The answer of a built-in client-side RPC method; `None` for any other method. Session limits report the
+/// configured rate limits (reference 1.9): `rateLimits` are the device's (a gateway's own:
+/// `transport_gateway_device_*`), and a gateway's also carry `gatewayRateLimits`, the limits of the devices
+/// behind it (`transport_gateway_*`); null = unlimited.
 pub fn built_in(state: &AppState, method: &str, gateway: bool) -> Option<serde_json::Value> {
-    let unlimited = serde_json::json!({"messages": null, "telemetryMessages": null, "telemetryDataPoints": null});
     Some(match method {
         "getSessionLimits" => {
+            let (own, behind) = state.limits.transport.session_limits(gateway);
             let mut limits = serde_json::json!({
                 "maxPayloadSize": state.config.mqtt.packet_bytes_max,
                 "maxInflightMessages": state.config.mqtt.inflight_max,
-                "rateLimits": unlimited,
+                "rateLimits": own.session_limits_json(),
             });
-            if gateway {
-                limits["gatewayRateLimits"] = unlimited;
+            if let Some(behind) = behind {
+                limits["gatewayRateLimits"] = behind.session_limits_json();
             }
             limits
         }

@@ -24,6 +24,7 @@ use super::super::topics::GatewayTopic;
 use super::{Conn, End};
 use crate::ingest::events::{Interest, Subscriber, SubscriptionId, Update};
 use crate::ingest::{client_attributes_record, now_ms, telemetry_record, IngestError};
+use crate::limits::{Level, Sender};
 use crate::rpc::{RpcRequest, RpcSink, SinkId};
 
 /// What a gateway connection knows beyond a device's: its tenant and its connected sub-devices.
@@ -114,6 +115,8 @@ enum GatewayRefusal {
     Full(String),
     /// The log refused the records: PUBACK 0x80 and close.
     Unavailable(String),
+    /// A rate limit refused the message of this sub-device: PUBACK 0x97 and close (3.x: close).
+    RateLimited { device: String, level: Level },
 }
 
 type Outcome = Result<(), GatewayRefusal>;
@@ -127,7 +130,17 @@ impl Conn<'_> {
             return None;
         }
         let ack = publish.qos != QoS::AtMostOnce;
-        let outcome = match topic {
+        // Data messages are counted per device part once parsed (`gateway_records`); the rest as one message.
+        let counted = match topic {
+            GatewayTopic::Telemetry | GatewayTopic::Attributes => Ok(()),
+            _ => self
+                .gateway_rate_check(0)
+                .map_err(|level| GatewayRefusal::RateLimited {
+                    device: device_name(&publish.payload),
+                    level,
+                }),
+        };
+        let outcome = counted.and_then(|()| match topic {
             GatewayTopic::Connect => self.gateway_connect(&publish.payload),
             GatewayTopic::Disconnect => self.gateway_disconnect(&publish.payload),
             GatewayTopic::Telemetry => self.gateway_records(&publish.payload, true),
@@ -135,7 +148,7 @@ impl Conn<'_> {
             GatewayTopic::AttributesRequest => self.gateway_attributes_request(&publish.payload),
             GatewayTopic::Rpc => self.gateway_rpc_reply(&publish.payload),
             GatewayTopic::Claim => self.gateway_claim(&publish.payload),
-        };
+        });
         let v5 = self.protocol == Protocol::V5;
         let (code, end) = match outcome {
             Ok(()) => (reason::SUCCESS, None),
@@ -168,6 +181,22 @@ impl Conn<'_> {
             Err(GatewayRefusal::Full(message)) => {
                 tracing::debug!(peer = %self.peer, %message, "gateway write refused");
                 (reason::QUOTA_EXCEEDED, Some(End::Server(None)))
+            }
+            Err(GatewayRefusal::RateLimited { device, level }) => {
+                tracing::debug!(peer = %self.peer, %device, level = level.as_str(), "gateway rate limit exceeded");
+                // As ThingsBoard: PUBACK 0x97 and the gateway connection closed; MQTT 5 gateways are also told
+                // which device went over, on `v1/gateway/disconnect` with reason 150 (0x96), best effort.
+                if ack && v5 {
+                    self.puback(publish.pkid, reason::QUOTA_EXCEEDED);
+                }
+                if v5 && !device.is_empty() {
+                    let body = json!({"device": device, "reason": reason::MESSAGE_RATE_TOO_HIGH});
+                    self.publish_to_device(
+                        "v1/gateway/disconnect".into(),
+                        Bytes::from(body.to_string()),
+                    );
+                }
+                return Some(End::Server(None));
             }
             Err(GatewayRefusal::Unavailable(message)) => {
                 tracing::warn!(peer = %self.peer, %message, "cannot accept a gateway message");
@@ -354,7 +383,7 @@ impl Conn<'_> {
                 client_attributes_record(device, &bytes)
             };
             match parsed {
-                Ok(Some(record)) => records.push((device, record)),
+                Ok(Some(record)) => records.push((name, device, record)),
                 Ok(None) => {}
                 Err(e) => return Err(GatewayRefusal::Payload(format!("{name}: {e}"))),
             }
@@ -364,8 +393,17 @@ impl Conn<'_> {
                 "no usable device entry in a gateway message".into(),
             ));
         }
+        // Every device part is a message of its own for the rate limits (tenant, then the gateway level), as
+        // in ThingsBoard; one refused part refuses the whole message, so nothing of it is stored.
+        for (name, _, record) in &records {
+            self.gateway_rate_check(record.data_point_count())
+                .map_err(|level| GatewayRefusal::RateLimited {
+                    device: name.clone(),
+                    level,
+                })?;
+        }
         let now = now_ms();
-        for (device, record) in &records {
+        for (_, device, record) in &records {
             self.append_for(*device, record)?;
             self.state.activity.uplink(&self.state.ingest, *device, now);
         }
@@ -516,6 +554,24 @@ impl Conn<'_> {
         }
     }
 
+    /// Accounts one message of a device behind this gateway: the tenant, then the gateway level.
+    fn gateway_rate_check(&self, data_points: usize) -> Result<(), Level> {
+        let limits = &self.state.limits.transport;
+        if !limits.is_active() {
+            return Ok(());
+        }
+        let entities = &self.state.entities;
+        let gateway = self.device_id;
+        let known = self.gateway_state.as_deref().map(|g| g.tenant_id);
+        let tenant = || known.or_else(|| entities.device_auth(gateway).map(|a| a.tenant_id));
+        limits.check(
+            tenant,
+            Sender::BehindGateway(gateway),
+            data_points,
+            crate::limits::now_ns(),
+        )
+    }
+
     /// Appends one record of a sub-device to the batch.
     fn append_for(&mut self, device: Uuid, record: &Record) -> Result<(), GatewayRefusal> {
         let seq = super::RECORD_BUF
@@ -538,6 +594,18 @@ impl Conn<'_> {
         self.wait_seq = self.wait_seq.max(seq);
         Ok(())
     }
+}
+
+/// The `device` a gateway message names, if it names one (for the rate-limit notice); else empty.
+fn device_name(payload: &[u8]) -> String {
+    serde_json::from_slice::<JsonValue>(payload)
+        .ok()
+        .and_then(|v| {
+            v.get("device")
+                .and_then(JsonValue::as_str)
+                .map(str::to_string)
+        })
+        .unwrap_or_default()
 }
 
 fn parse(payload: &[u8]) -> Result<JsonValue, GatewayRefusal> {

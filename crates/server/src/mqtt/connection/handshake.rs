@@ -15,6 +15,7 @@ use uuid::Uuid;
 use super::super::sessions::SessionGuard;
 use super::{CONNECT_READ_CHUNK, CONNECT_TIMEOUT};
 use crate::ingest::now_ms;
+use crate::limits::Sender;
 use crate::AppState;
 
 /// An accepted session: what the handshake hands to the packet loop.
@@ -56,20 +57,61 @@ pub(super) async fn handshake(
         }
     };
     let protocol = connect.protocol;
+    let v5 = protocol == Protocol::V5;
+    let now_ns = crate::limits::now_ns();
+    // A blocked address is refused before its credentials are looked at (reference 1.2's IP limit).
+    if !state.limits.failed_auth.allows(peer.ip(), now_ns) {
+        tracing::debug!(%peer, "CONNECT refused: address blocked after failed authentications");
+        let code = if v5 { reason::NOT_AUTHORIZED } else { 5 };
+        let _ = send_connack(&mut stream, protocol, code).await;
+        return None;
+    }
     let device = match authenticate(state, &connect) {
-        Ok(Authenticated::Device(device)) => device,
+        Ok(Authenticated::Device(device)) => {
+            state.limits.failed_auth.succeeded(peer.ip());
+            device
+        }
         Ok(Authenticated::Provision) => {
             if send_connack(&mut stream, protocol, 0).await.is_ok() {
                 super::provision::serve(state, stream, buf, protocol, max, peer).await;
             }
             return None;
         }
-        Err(code) => {
+        Err(Refused {
+            code,
+            bad_credentials,
+        }) => {
+            if bad_credentials && state.limits.failed_auth.failed(peer.ip(), now_ns) {
+                tracing::info!(%peer, "address blocked after repeated failed authentications");
+            }
             tracing::debug!(%peer, client_id = %connect.client_id, code, "CONNECT refused");
             let _ = send_connack(&mut stream, protocol, code).await;
             return None;
         }
     };
+    // Opening the session is a message for the rate limits (reference 7): 0x9F / 3.x 0x03 when refused.
+    if state.limits.transport.is_active() {
+        let sender = if device.gateway {
+            Sender::GatewayItself(device.device_id)
+        } else {
+            Sender::Device(device.device_id)
+        };
+        let tenant = device.tenant_id;
+        if let Err(level) = state
+            .limits
+            .transport
+            .check(|| Some(tenant), sender, 0, now_ns)
+        {
+            tracing::debug!(%peer, device = %device.device_id, level = level.as_str(), "CONNECT refused: rate limit exceeded");
+            let code = if v5 {
+                reason::CONNECTION_RATE_EXCEEDED
+            } else {
+                3
+            };
+            let _ = send_connack(&mut stream, protocol, code).await;
+            return None;
+        }
+    }
     // Register before CONNACK, then look the device up again: a delete or credentials change that landed
     // after `authenticate` found no session to close, so it is caught here instead.
     let guard = state.sessions.register(device.device_id);
@@ -156,11 +198,21 @@ enum Authenticated {
     Provision,
 }
 
-/// Device authentication (reference 1.2): returns the device, or the CONNACK code to refuse with.
-fn authenticate(state: &AppState, connect: &Connect) -> Result<Authenticated, u8> {
+/// A refused CONNECT: the CONNACK code, and whether the credentials were wrong (which counts against the
+/// address's failed-authentication limit).
+struct Refused {
+    code: u8,
+    bad_credentials: bool,
+}
+
+/// Device authentication (reference 1.2): returns the device, or how to refuse.
+fn authenticate(state: &AppState, connect: &Connect) -> Result<Authenticated, Refused> {
     let v5 = connect.protocol == Protocol::V5;
     if state.sessions.connection_count() > state.config.mqtt.connections_max {
-        return Err(if v5 { reason::QUOTA_EXCEEDED } else { 3 });
+        return Err(Refused {
+            code: if v5 { reason::QUOTA_EXCEEDED } else { 3 },
+            bad_credentials: false,
+        });
     }
     let outcome = state.entities.authenticate_mqtt(
         &connect.client_id,
@@ -170,12 +222,15 @@ fn authenticate(state: &AppState, connect: &Connect) -> Result<Authenticated, u8
     match outcome {
         MqttAuth::Device(device) => Ok(Authenticated::Device(device)),
         MqttAuth::Provision => Ok(Authenticated::Provision),
-        MqttAuth::Refused(refusal) => Err(match (refusal, v5) {
-            (AuthRefusal::BadUserNameOrPassword, true) => reason::BAD_USER_NAME_OR_PASSWORD,
-            (AuthRefusal::ClientIdNotValid, true) => reason::CLIENT_IDENTIFIER_NOT_VALID,
-            (AuthRefusal::NotAuthorized, true) => reason::NOT_AUTHORIZED,
-            (AuthRefusal::ClientIdNotValid, false) => 2,
-            (_, false) => 5,
+        MqttAuth::Refused(refusal) => Err(Refused {
+            code: match (refusal, v5) {
+                (AuthRefusal::BadUserNameOrPassword, true) => reason::BAD_USER_NAME_OR_PASSWORD,
+                (AuthRefusal::ClientIdNotValid, true) => reason::CLIENT_IDENTIFIER_NOT_VALID,
+                (AuthRefusal::NotAuthorized, true) => reason::NOT_AUTHORIZED,
+                (AuthRefusal::ClientIdNotValid, false) => 2,
+                (_, false) => 5,
+            },
+            bad_credentials: true,
         }),
     }
 }

@@ -24,6 +24,7 @@ use super::topics::{self, DeviceTopic};
 use crate::activity::coarse_now_ms;
 use crate::ingest::events::SubscriptionId;
 use crate::ingest::{client_attributes_record, now_ms, telemetry_record, IngestError};
+use crate::limits::{Level, Sender};
 use crate::AppState;
 
 /// Most QoS 1 publishes to a device (SHARED attribute updates, RPC) that may wait for its PUBACK; an MQTT 5
@@ -384,7 +385,17 @@ impl Conn<'_> {
             return self.gateway_publish(topic, publish);
         }
         let device = self.device_id;
-        let result = match topics::classify(publish.topic.as_str()) {
+        let topic = topics::classify(publish.topic.as_str());
+        // Data messages are counted once parsed (by their data points, in `append`); the rest as one message.
+        if !matches!(
+            topic,
+            DeviceTopic::Telemetry | DeviceTopic::Attributes | DeviceTopic::Unknown
+        ) {
+            if let Err(level) = self.rate_check(0) {
+                return self.rate_limited(level, ack, pkid);
+            }
+        }
+        let result = match topic {
             DeviceTopic::Telemetry => self.append(telemetry_record(device, &publish.payload)),
             DeviceTopic::Attributes => {
                 self.append(client_attributes_record(device, &publish.payload))
@@ -489,6 +500,7 @@ impl Conn<'_> {
                     Some(End::Server(None))
                 }
             }
+            Err(Refusal::RateLimited(level)) => self.rate_limited(level, ack, pkid),
             Err(Refusal::Full(message)) => {
                 // Disk full: refused, nothing stored. MQTT 5 says so in the PUBACK (or, for QoS 0, in a
                 // DISCONNECT); 3.x has no reason codes, and a PUBACK would read as success, so it closes.
@@ -510,13 +522,50 @@ impl Conn<'_> {
         }
     }
 
-    /// Appends a parsed payload's record (nothing for an empty payload) to the batch.
+    /// Accounts one message of this connection carrying `data_points` against the rate limits (reference
+    /// 7): the tenant, then the device (or, for a gateway, its own gateway-device level).
+    fn rate_check(&self, data_points: usize) -> Result<(), Level> {
+        let limits = &self.state.limits.transport;
+        if !limits.is_active() {
+            return Ok(());
+        }
+        let device = self.device_id;
+        let sender = if self.gateway {
+            Sender::GatewayItself(device)
+        } else {
+            Sender::Device(device)
+        };
+        let entities = &self.state.entities;
+        let tenant = || entities.device_auth(device).map(|auth| auth.tenant_id);
+        limits.check(tenant, sender, data_points, crate::limits::now_ns())
+    }
+
+    /// The answer to a message over a rate limit. Deliberately not ThingsBoard's (which closes the connection,
+    /// MQTT 5 DISCONNECT 0x83, docs/compatibility.md): MQTT 5 QoS 1 gets PUBACK 0x97 and the connection
+    /// stays, so the client can slow down; QoS 0 has no PUBACK, so DISCONNECT 0x96; MQTT 3.x has no reason
+    /// codes, so the connection is closed without PUBACK, as in ThingsBoard.
+    fn rate_limited(&mut self, level: Level, ack: bool, pkid: u16) -> Option<End> {
+        tracing::debug!(peer = %self.peer, device = %self.device_id, level = level.as_str(), "rate limit exceeded");
+        match (self.protocol == Protocol::V5, ack) {
+            (true, true) => {
+                self.puback(pkid, reason::QUOTA_EXCEEDED);
+                None
+            }
+            (true, false) => Some(End::Server(Some(reason::MESSAGE_RATE_TOO_HIGH))),
+            (false, _) => Some(End::Server(None)),
+        }
+    }
+
+    /// Appends a parsed payload's record (nothing for an empty payload) to the batch, once the rate limits
+    /// let it through.
     fn append(&mut self, parsed: Result<Option<Record>, PayloadError>) -> Result<(), Refusal> {
         let record = match parsed {
             Ok(Some(record)) => record,
-            Ok(None) => return Ok(()),
+            Ok(None) => return self.rate_check(0).map_err(Refusal::RateLimited),
             Err(e) => return Err(Refusal::Payload(e.to_string())),
         };
+        self.rate_check(record.data_point_count())
+            .map_err(Refusal::RateLimited)?;
         let device = self.device_id;
         let appended = RECORD_BUF.with(|scratch| match scratch.try_borrow_mut() {
             Ok(mut scratch) => self
@@ -573,6 +622,8 @@ enum Refusal {
     Full(String),
     /// The server cannot take the message (log poisoned, shutting down).
     Unavailable(String),
+    /// A rate limit of this level refused the message.
+    RateLimited(Level),
 }
 
 /// MQTT topic filter matching (`+` one level, `#` the rest).
