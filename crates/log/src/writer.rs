@@ -40,6 +40,8 @@ struct Queue {
     next_seq: u64,
     appends: u64,
     append_bytes: u64,
+    /// When the oldest record still queued was appended (for the append-wait histogram).
+    oldest_append: Option<Instant>,
     stopping: bool,
     poisoned: bool,
 }
@@ -90,6 +92,7 @@ impl Shared {
                 next_seq: 1,
                 appends: 0,
                 append_bytes: 0,
+                oldest_append: None,
                 stopping: false,
                 poisoned: false,
             }),
@@ -181,6 +184,9 @@ impl Shared {
             return Err(self.poisoned_error());
         }
         let was_empty = queue.queued_bytes == 0;
+        if was_empty {
+            queue.oldest_append.get_or_insert_with(Instant::now);
+        }
         frame::encode_into(&mut queue.frames[partition as usize], payload, crc);
         queue.queued_bytes += frame_bytes;
         queue.appends += 1;
@@ -225,6 +231,10 @@ impl Shared {
                 return Err(LogError::Timeout { seq, durable_seq });
             }
         }
+    }
+
+    pub fn latencies(&self) -> crate::histogram::LogLatencies {
+        self.counters.latencies()
     }
 
     pub fn stats(&self) -> LogStats {
@@ -304,7 +314,7 @@ fn run_loop(shared: &Shared, mut actives: Vec<ActiveSegment>) {
     // earlier batch, so a batch holds exactly the records after the previous batch's last seq.
     let mut previous_last_seq = 0;
     loop {
-        let last_seq = {
+        let (last_seq, oldest_append) = {
             let mut queue = shared.queue.lock();
             while queue.queued_bytes == 0 && !queue.stopping && !queue.poisoned {
                 shared.queue_work.wait(&mut queue);
@@ -337,7 +347,7 @@ fn run_loop(shared: &Shared, mut actives: Vec<ActiveSegment>) {
             }
             queue.queued_bytes = 0;
             shared.queue_space.notify_all();
-            queue.next_seq - 1
+            (queue.next_seq - 1, queue.oldest_append.take())
         };
 
         let started = Instant::now();
@@ -352,6 +362,9 @@ fn run_loop(shared: &Shared, mut actives: Vec<ActiveSegment>) {
                 shared
                     .counters
                     .record_commit(last_seq - previous_last_seq, fsyncs, latency_us);
+                if let Some(oldest) = oldest_append {
+                    shared.counters.append_wait.record(oldest.elapsed());
+                }
                 shared.publish(last_seq);
                 previous_last_seq = last_seq;
             }
@@ -416,7 +429,9 @@ fn commit(
             .collect();
         fsyncs += dirty.len() as u64;
         // All at once: the device (and ext4's journal) serves several flushes for about one.
+        let started = Instant::now();
         sync_pool.sync_all(&dirty)?;
+        shared.counters.fsync_latency.record(started.elapsed());
     }
     Ok(fsyncs)
 }
