@@ -11,6 +11,7 @@
 //! - [`claim`]: device claiming announcements.
 //! - [`provision`]: device provisioning over MQTT and HTTP.
 //! - [`rpc`]: server-side RPC: requests from REST to a device's MQTT session or HTTP poll, and its replies.
+//! - [`metrics`]: counters, `GET /metrics` (Prometheus text) and `GET /readyz`.
 //! - [`serve`]: starts everything and runs until shutdown.
 
 pub mod activity;
@@ -19,6 +20,7 @@ pub mod claim;
 pub mod client_rpc;
 pub mod config;
 pub mod ingest;
+pub mod metrics;
 pub mod mqtt;
 pub mod provision;
 pub mod rpc;

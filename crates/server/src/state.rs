@@ -31,6 +31,8 @@ pub struct Shared {
     pub rpcs: Rpcs,
     /// Devices that announced they may be claimed.
     pub claims: crate::claim::Claims,
+    /// What `/readyz` checks besides recovery (see [`crate::metrics::readiness`]).
+    pub readiness: crate::metrics::readiness::Readiness,
 }
 
 impl std::ops::Deref for AppState {
@@ -79,6 +81,7 @@ impl AppState {
             activity,
             rpcs: Rpcs::default(),
             claims: Default::default(),
+            readiness: Default::default(),
         }));
         // A deleted device or changed credentials end the device's session (reference 1.1). The callback
         // holds a weak reference so the state can still be dropped.

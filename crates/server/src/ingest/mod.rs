@@ -12,6 +12,7 @@ pub mod attributes;
 pub mod events;
 pub mod http;
 mod processor;
+mod progress;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -72,6 +73,8 @@ pub(crate) struct DeviceEventQueue {
 pub(crate) struct PartitionProgress {
     /// Log offset up to which records have been applied to the stores.
     pub applied: AtomicU64,
+    /// The processor has replayed what the log held when it started (`/readyz`).
+    pub replayed: AtomicBool,
 }
 
 pub struct Ingest {
@@ -130,6 +133,7 @@ impl Ingest {
             (0..partitions)
                 .map(|_| PartitionProgress {
                     applied: AtomicU64::new(0),
+                    replayed: AtomicBool::new(false),
                 })
                 .collect(),
         );

@@ -24,6 +24,7 @@ use super::super::topics::GatewayTopic;
 use super::{Conn, End};
 use crate::ingest::events::{Interest, Subscriber, SubscriptionId, Update};
 use crate::ingest::{client_attributes_record, now_ms, telemetry_record};
+use crate::metrics::{self, Reason, Transport};
 use crate::rpc::{RpcRequest, RpcSink, SinkId};
 
 /// What a gateway connection knows beyond a device's: its tenant and its connected sub-devices.
@@ -122,6 +123,7 @@ impl Conn<'_> {
         if !self.gateway {
             // As ThingsBoard: a device that is not a gateway gets no answer at all.
             tracing::debug!(peer = %self.peer, "gateway topic from a device that is not a gateway");
+            metrics::refused(Transport::Mqtt, Reason::Auth);
             return None;
         }
         let ack = publish.qos != QoS::AtMostOnce;
@@ -139,6 +141,7 @@ impl Conn<'_> {
             Ok(()) => (reason::SUCCESS, None),
             Err(GatewayRefusal::Payload(message)) => {
                 tracing::debug!(peer = %self.peer, %message, "malformed gateway payload");
+                metrics::refused(Transport::Gateway, Reason::Malformed);
                 if !v5 {
                     return Some(End::Server(None));
                 }
@@ -146,17 +149,28 @@ impl Conn<'_> {
             }
             Err(GatewayRefusal::Malformed(message)) => {
                 tracing::debug!(peer = %self.peer, %message, "malformed gateway message");
+                metrics::refused(Transport::Gateway, Reason::Malformed);
                 (
                     reason::IMPLEMENTATION_SPECIFIC_ERROR,
                     Some(End::Server(None)),
                 )
             }
             Err(GatewayRefusal::SubDevice(message)) => {
-                tracing::warn!(peer = %self.peer, %message, "cannot get or create a gateway's device");
+                tracing::debug!(peer = %self.peer, %message, "cannot get or create a gateway's device");
+                crate::sustained_warn!(%message, "cannot get or create gateways' devices");
+                let quota = message.contains("Maximum number of devices");
+                metrics::refused(
+                    Transport::Gateway,
+                    if quota {
+                        Reason::Quota
+                    } else {
+                        Reason::NotFound
+                    },
+                );
                 if !v5 {
                     return Some(End::Server(None));
                 }
-                let code = if message.contains("Maximum number of devices") {
+                let code = if quota {
                     reason::QUOTA_EXCEEDED
                 } else {
                     reason::UNSPECIFIED_ERROR
@@ -164,7 +178,9 @@ impl Conn<'_> {
                 (code, None)
             }
             Err(GatewayRefusal::Unavailable(message)) => {
-                tracing::warn!(peer = %self.peer, %message, "cannot accept a gateway message");
+                tracing::debug!(peer = %self.peer, %message, "cannot accept a gateway message");
+                crate::sustained_warn!(%message, "cannot accept gateway messages");
+                metrics::refused(Transport::Gateway, Reason::Unavailable);
                 (reason::UNSPECIFIED_ERROR, Some(End::Server(None)))
             }
         };
@@ -474,6 +490,7 @@ impl Conn<'_> {
         for (name, push) in pushes {
             let (topic, body) = match push {
                 Push::Attributes(body) => {
+                    metrics::sent(metrics::Out::AttributeUpdate);
                     let data: JsonValue = serde_json::from_slice(&body).unwrap_or(JsonValue::Null);
                     (
                         "v1/gateway/attributes",
@@ -526,6 +543,7 @@ impl Conn<'_> {
             })
             .map_err(|e| e.to_string())?;
         self.wait_seq = self.wait_seq.max(seq);
+        metrics::ingested(Transport::Gateway, record);
         Ok(())
     }
 }

@@ -15,6 +15,7 @@ use uuid::Uuid;
 use super::super::sessions::SessionGuard;
 use super::{CONNECT_READ_CHUNK, CONNECT_TIMEOUT};
 use crate::ingest::now_ms;
+use crate::metrics::{self, Reason, Transport};
 use crate::AppState;
 
 /// An accepted session: what the handshake hands to the packet loop.
@@ -44,6 +45,7 @@ pub(super) async fn handshake(
         Ok(Ok(None)) | Err(_) => return None,
         Ok(Err(e)) => {
             tracing::debug!(%peer, error = %e, "bad CONNECT");
+            metrics::refused(Transport::Mqtt, metrics::decode_reason(&e));
             // An unsupported version is answered (in 3.1.1 form, which every client reads); other
             // malformed CONNECTs are closed without an answer.
             if let Some(code) = e.connack_code(Protocol::V311) {
@@ -76,10 +78,12 @@ pub(super) async fn handshake(
         } else {
             5
         };
+        metrics::refused(Transport::Mqtt, Reason::Auth);
         let _ = send_connack(&mut stream, protocol, code).await;
         return None;
     }
     send_connack(&mut stream, protocol, 0).await.ok()?;
+    metrics::mqtt_connected(protocol);
     state
         .activity
         .connected(&state.ingest, device.device_id, now_ms());
@@ -151,6 +155,7 @@ enum Authenticated {
 fn authenticate(state: &AppState, connect: &Connect) -> Result<Authenticated, u8> {
     let v5 = connect.protocol == Protocol::V5;
     if state.sessions.connection_count() > state.config.mqtt.connections_max {
+        metrics::refused(Transport::Mqtt, Reason::ConnectionsMax);
         return Err(if v5 { reason::QUOTA_EXCEEDED } else { 3 });
     }
     let outcome = state.entities.authenticate_mqtt(
@@ -161,13 +166,16 @@ fn authenticate(state: &AppState, connect: &Connect) -> Result<Authenticated, u8
     match outcome {
         MqttAuth::Device(device) => Ok(Authenticated::Device(device)),
         MqttAuth::Provision => Ok(Authenticated::Provision),
-        MqttAuth::Refused(refusal) => Err(match (refusal, v5) {
-            (AuthRefusal::BadUserNameOrPassword, true) => reason::BAD_USER_NAME_OR_PASSWORD,
-            (AuthRefusal::ClientIdNotValid, true) => reason::CLIENT_IDENTIFIER_NOT_VALID,
-            (AuthRefusal::NotAuthorized, true) => reason::NOT_AUTHORIZED,
-            (AuthRefusal::ClientIdNotValid, false) => 2,
-            (_, false) => 5,
-        }),
+        MqttAuth::Refused(refusal) => {
+            metrics::refused(Transport::Mqtt, Reason::Auth);
+            Err(match (refusal, v5) {
+                (AuthRefusal::BadUserNameOrPassword, true) => reason::BAD_USER_NAME_OR_PASSWORD,
+                (AuthRefusal::ClientIdNotValid, true) => reason::CLIENT_IDENTIFIER_NOT_VALID,
+                (AuthRefusal::NotAuthorized, true) => reason::NOT_AUTHORIZED,
+                (AuthRefusal::ClientIdNotValid, false) => 2,
+                (_, false) => 5,
+            })
+        }
     }
 }
 

@@ -24,6 +24,7 @@ use super::topics::{self, DeviceTopic};
 use crate::activity::coarse_now_ms;
 use crate::ingest::events::SubscriptionId;
 use crate::ingest::{client_attributes_record, now_ms, telemetry_record};
+use crate::metrics::{self, Reason, Transport};
 use crate::AppState;
 
 /// How long a new connection may take to send its CONNECT.
@@ -243,6 +244,7 @@ impl Conn<'_> {
                 Ok(None) => return None,
                 Err(e) => {
                     tracing::debug!(peer = %self.peer, error = %e, "malformed packet");
+                    metrics::refused(Transport::Mqtt, metrics::decode_reason(&e));
                     return Some(End::Server(Some(e.reason_code())));
                 }
             }
@@ -255,7 +257,9 @@ impl Conn<'_> {
             let seq = std::mem::take(&mut self.wait_seq);
             if let Err(e) = Box::pin(self.state.ingest.durable(seq)).await {
                 // Nothing in this batch may be acknowledged: drop the answers and close.
-                tracing::warn!(peer = %self.peer, error = %e, "cannot make records durable; closing");
+                tracing::debug!(peer = %self.peer, error = %e, "cannot make records durable; closing");
+                crate::sustained_warn!(error = %e, "cannot make records durable; closing connections");
+                metrics::refused(Transport::Mqtt, Reason::Unavailable);
                 self.out.clear();
                 return false;
             }
@@ -323,7 +327,10 @@ impl Conn<'_> {
             | Packet::SubAck(_)
             | Packet::UnsubAck(_)
             | Packet::PingResp
-            | Packet::Auth(_) => Some(End::Server(Some(reason::PROTOCOL_ERROR))),
+            | Packet::Auth(_) => {
+                metrics::refused(Transport::Mqtt, Reason::Protocol);
+                Some(End::Server(Some(reason::PROTOCOL_ERROR)))
+            }
         }
     }
 
@@ -424,6 +431,7 @@ impl Conn<'_> {
                 None
             }
             Err(Refusal::Topic) => {
+                metrics::refused(Transport::Mqtt, Reason::Topic);
                 if ack {
                     // 3.x has no reason codes: the PUBACK looks like success, as in ThingsBoard.
                     self.puback(pkid, if v5 { reason::TOPIC_NAME_INVALID } else { 0 });
@@ -432,6 +440,7 @@ impl Conn<'_> {
             }
             Err(Refusal::Payload(message)) => {
                 tracing::debug!(peer = %self.peer, %message, "malformed payload");
+                metrics::refused(Transport::Mqtt, Reason::Malformed);
                 if v5 {
                     if ack {
                         self.puback(pkid, reason::PAYLOAD_FORMAT_INVALID);
@@ -443,7 +452,9 @@ impl Conn<'_> {
             }
             Err(Refusal::Unavailable(message)) => {
                 // As ThingsBoard on a processing failure: no PUBACK, and MQTT 5 gets DISCONNECT 0x83.
-                tracing::warn!(peer = %self.peer, %message, "cannot accept a message");
+                tracing::debug!(peer = %self.peer, %message, "cannot accept a message");
+                crate::sustained_warn!(%message, "cannot accept MQTT messages; closing connections");
+                metrics::refused(Transport::Mqtt, Reason::Unavailable);
                 Some(End::Server(Some(reason::IMPLEMENTATION_SPECIFIC_ERROR)))
             }
         }
@@ -470,6 +481,7 @@ impl Conn<'_> {
         match appended {
             Ok(seq) => {
                 self.wait_seq = self.wait_seq.max(seq);
+                metrics::ingested(Transport::Mqtt, &record);
                 Ok(())
             }
             Err(e) => Err(Refusal::Unavailable(e.to_string())),

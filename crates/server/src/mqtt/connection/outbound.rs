@@ -102,6 +102,7 @@ impl Conn<'_> {
         for update in updates {
             // The outbox registers for SHARED pushes only.
             if let Update::SharedAttributes(body) = update {
+                crate::metrics::sent(crate::metrics::Out::AttributeUpdate);
                 self.publish_to_device(topic.clone(), body);
             }
         }
