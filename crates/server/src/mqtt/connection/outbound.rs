@@ -193,6 +193,10 @@ impl Conn<'_> {
                     None => self.subscriptions.push((filter.path, qos)),
                 }
             } else {
+                crate::metrics::refused(
+                    crate::metrics::Transport::Mqtt,
+                    crate::metrics::Reason::Topic,
+                );
                 codes.push(if v5 {
                     reason::TOPIC_FILTER_INVALID
                 } else {
