@@ -15,7 +15,8 @@ use crate::AppState;
 /// `Tsdb::chunk_stats` reads every chunk header, so a scrape reuses a result younger than this.
 const CHUNK_STATS_MAX_AGE: Duration = Duration::from_secs(30);
 
-static CHUNK_STATS: Mutex<Option<(Instant, ChunkStats)>> = Mutex::new(None);
+/// The last chunk stats read, with when and of which store (tests run several servers in one process).
+static CHUNK_STATS: Mutex<Option<(usize, Instant, ChunkStats)>> = Mutex::new(None);
 
 /// The whole `/metrics` text.
 pub fn render(state: &AppState) -> String {
@@ -283,13 +284,16 @@ fn latency(e: &mut Exposition, name: &str, help: &str, snapshot: &LatencySnapsho
 
 fn stores(e: &mut Exposition, state: &AppState) {
     let tsdb = state.ingest.tsdb();
+    let store = std::ptr::from_ref(tsdb) as usize;
     let chunks = {
         let mut cached = CHUNK_STATS.lock();
         match *cached {
-            Some((at, stats)) if at.elapsed() < CHUNK_STATS_MAX_AGE => Some(stats),
+            Some((of, at, stats)) if of == store && at.elapsed() < CHUNK_STATS_MAX_AGE => {
+                Some(stats)
+            }
             _ => match tsdb.chunk_stats() {
                 Ok(stats) => {
-                    *cached = Some((Instant::now(), stats));
+                    *cached = Some((store, Instant::now(), stats));
                     Some(stats)
                 }
                 Err(e) => {
