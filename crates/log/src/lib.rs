@@ -57,6 +57,7 @@ mod checkpoint;
 mod config;
 mod error;
 pub mod frame;
+mod histogram;
 mod log;
 mod partition;
 mod reader;
@@ -68,6 +69,7 @@ mod writer;
 
 pub use crate::config::{Durability, LogConfig};
 pub use crate::error::{LogError, Result};
+pub use crate::histogram::{LatencySnapshot, LogLatencies, LATENCY_BOUNDS_US};
 pub use crate::log::Log;
 pub use crate::reader::{Reader, Record};
 pub use crate::stats::LogStats;

@@ -248,6 +248,16 @@ impl Log {
         self.shared.stats()
     }
 
+    /// Latency histograms since open: group commit, fsync alone, and append-to-durable.
+    pub fn latencies(&self) -> crate::LogLatencies {
+        self.shared.latencies()
+    }
+
+    /// Bytes of `partition`'s segment files.
+    pub fn partition_disk_bytes(&self, partition: u32) -> Result<u64> {
+        Ok(self.shared.partition(partition)?.disk_bytes())
+    }
+
     /// Commits everything queued, stops the writer and closes the files. Fails if the log is (or
     /// became, during this final commit) poisoned.
     pub fn close(mut self) -> Result<()> {

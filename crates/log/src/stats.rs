@@ -2,6 +2,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::histogram::{LatencyHistogram, LogLatencies};
+
 /// A snapshot of the log's counters since open.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LogStats {
@@ -30,6 +32,9 @@ pub(crate) struct CommitCounters {
     pub fsyncs: AtomicU64,
     pub commit_records_max: AtomicU64,
     pub last_commit_latency_us: AtomicU64,
+    pub commit_latency: LatencyHistogram,
+    pub fsync_latency: LatencyHistogram,
+    pub append_wait: LatencyHistogram,
 }
 
 impl CommitCounters {
@@ -40,5 +45,14 @@ impl CommitCounters {
             .fetch_max(records, Ordering::Relaxed);
         self.last_commit_latency_us
             .store(latency_us, Ordering::Relaxed);
+        self.commit_latency.record_us(latency_us);
+    }
+
+    pub fn latencies(&self) -> LogLatencies {
+        LogLatencies {
+            commit: self.commit_latency.snapshot(),
+            fsync: self.fsync_latency.snapshot(),
+            append_wait: self.append_wait.snapshot(),
+        }
     }
 }

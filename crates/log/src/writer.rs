@@ -46,6 +46,8 @@ struct Queue {
     next_seq: u64,
     appends: u64,
     append_bytes: u64,
+    /// When the oldest record still queued was appended (for the append-wait histogram).
+    oldest_append: Option<Instant>,
     stopping: bool,
     poisoned: bool,
     /// An appender waits for space: the writer's commit window ends now.
@@ -113,6 +115,7 @@ impl Shared {
                 next_seq: 1,
                 appends: 0,
                 append_bytes: 0,
+                oldest_append: None,
                 stopping: false,
                 poisoned: false,
                 disk_full: false,
@@ -259,6 +262,9 @@ impl Shared {
             return Err(self.disk_full_error());
         }
         let was_empty = queue.queued_bytes == 0;
+        if was_empty {
+            queue.oldest_append.get_or_insert_with(Instant::now);
+        }
         frame::encode_into(&mut queue.frames[partition as usize], payload, crc);
         queue.queued_bytes += frame_bytes;
         self.queued_bytes
@@ -305,6 +311,10 @@ impl Shared {
                 return Err(LogError::Timeout { seq, durable_seq });
             }
         }
+    }
+
+    pub fn latencies(&self) -> crate::histogram::LogLatencies {
+        self.counters.latencies()
     }
 
     pub fn stats(&self) -> LogStats {
@@ -387,7 +397,7 @@ fn run_loop(shared: &Shared, mut actives: Vec<ActiveSegment>) {
     // earlier batch, so a batch holds exactly the records after the previous batch's last seq.
     let mut previous_last_seq = 0;
     loop {
-        let last_seq = {
+        let (last_seq, oldest_append) = {
             let mut queue = shared.queue.lock();
             while queue.queued_bytes == 0 && !queue.stopping && !queue.poisoned {
                 shared.queue_work.wait(&mut queue);
@@ -425,7 +435,7 @@ fn run_loop(shared: &Shared, mut actives: Vec<ActiveSegment>) {
             queue.space_wanted = false;
             shared.queued_bytes.store(0, Ordering::Relaxed);
             shared.queue_space.notify_all();
-            queue.next_seq - 1
+            (queue.next_seq - 1, queue.oldest_append.take())
         };
 
         let started = Instant::now();
@@ -469,6 +479,9 @@ fn run_loop(shared: &Shared, mut actives: Vec<ActiveSegment>) {
         shared
             .counters
             .record_commit(last_seq - previous_last_seq, fsyncs, latency_us);
+        if let Some(oldest) = oldest_append {
+            shared.counters.append_wait.record(oldest.elapsed());
+        }
         shared.publish(last_seq);
         previous_last_seq = last_seq;
     }
@@ -582,7 +595,9 @@ fn commit(
         fsyncs += dirty.len() as u64;
         // All at once: the device (and ext4's journal) serves several flushes for about one.
         // A failed fsync poisons even when it says ENOSPC: the kernel may have dropped the pages.
+        let started = Instant::now();
         sync_pool.sync_all(&dirty).map_err(CommitError::Fatal)?;
+        shared.counters.fsync_latency.record(started.elapsed());
     }
     Ok(fsyncs)
 }

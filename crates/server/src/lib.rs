@@ -13,6 +13,7 @@
 //! - [`limits`]: rate limits per tenant, device, gateway and customer (ThingsBoard's `capacity:seconds`), and
 //!   the failed-authentication limit per source address.
 //! - [`rpc`]: server-side RPC: requests from REST to a device's MQTT session or HTTP poll, and its replies.
+//! - [`metrics`]: counters, `GET /metrics` (Prometheus text) and `GET /readyz`.
 //! - [`serve`]: starts everything and runs until shutdown.
 
 pub mod activity;
@@ -22,6 +23,7 @@ pub mod client_rpc;
 pub mod config;
 pub mod ingest;
 pub mod limits;
+pub mod metrics;
 pub mod mqtt;
 pub mod provision;
 pub mod rpc;

@@ -111,6 +111,7 @@ impl DeviceRpc {
     /// A delivered request: its caller hears of it, and a two-way one waits for its reply. A one-shot sink
     /// (an HTTP poll answered with it) counts as acknowledged at once.
     fn delivered(&mut self, pending: Pending, one_shot: bool) {
+        crate::metrics::sent(crate::metrics::Out::RpcRequest);
         let _ = pending.events.try_send(RpcEvent::Delivered);
         if one_shot {
             let _ = pending.events.try_send(RpcEvent::Acked);
@@ -301,6 +302,15 @@ impl Rpcs {
         if let Some(task) = self.persistent.lock().remove(&rpc_id) {
             task.abort();
         }
+    }
+
+    /// Requests not yet delivered, and delivered two-way requests waiting for their reply, over all devices
+    /// (`/metrics`: one pass under the lock, at scrape time only).
+    pub fn pending_counts(&self) -> (usize, usize) {
+        let devices = self.devices.lock();
+        devices.values().fold((0, 0), |(queued, sent), device| {
+            (queued + device.queued.len(), sent + device.sent.len())
+        })
     }
 
     /// Devices with any RPC state (tests).

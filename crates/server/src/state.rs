@@ -33,6 +33,8 @@ pub struct Shared {
     pub claims: crate::claim::Claims,
     /// Rate limits and the failed-authentication limit, with their buckets.
     pub limits: crate::limits::Limits,
+    /// What `/readyz` checks besides recovery (see [`crate::metrics::readiness`]).
+    pub readiness: crate::metrics::readiness::Readiness,
 }
 
 impl std::ops::Deref for AppState {
@@ -82,6 +84,7 @@ impl AppState {
             claims: Default::default(),
             limits: crate::limits::Limits::new(&config.rate_limits),
             config,
+            readiness: Default::default(),
         }));
         // A deleted device or changed credentials end the device's session (reference 1.1). The callback
         // holds a weak reference so the state can still be dropped.

@@ -139,7 +139,8 @@ impl From<crate::ingest::IngestError> for ApiError {
                 ApiError::unavailable(e.to_string())
             }
             other => {
-                tracing::warn!(error = %other, "write refused");
+                tracing::debug!(error = %other, "write refused");
+                crate::sustained_warn!(error = %other, "writes refused");
                 ApiError::unavailable(other.to_string())
             }
         }

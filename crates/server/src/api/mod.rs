@@ -33,7 +33,9 @@ pub mod users;
 pub mod ws;
 
 use axum::extract::DefaultBodyLimit;
-use axum::http::{Method, Uri};
+use axum::extract::State;
+use axum::http::{Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use fleetwire_entities::Entities;
@@ -48,6 +50,8 @@ pub fn router(state: AppState) -> Router {
     let body_bytes_max = state.config.http.body_bytes_max;
     let router = Router::new()
         .route("/healthz", get(health))
+        .route("/readyz", get(ready))
+        .route("/metrics", get(metrics))
         .merge(auth::routes())
         .merge(devices::routes())
         .merge(credentials::routes())
@@ -61,7 +65,11 @@ pub fn router(state: AppState) -> Router {
         .merge(rpc::routes())
         .merge(rpc_persistent::routes())
         .merge(ws::routes())
-        .merge(crate::ingest::http::routes())
+        .merge(
+            crate::ingest::http::routes().layer(axum::middleware::from_fn(
+                crate::metrics::http::count_refusals,
+            )),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed);
     // REST rate limits: a layer only when configured, so unlimited costs nothing.
@@ -80,6 +88,35 @@ pub fn router(state: AppState) -> Router {
 
 async fn health() -> Json<Value> {
     Json(json!({"status": "UP"}))
+}
+
+/// 200 `{"status":"READY"}` once recovered and accepting, else 503 with the reasons.
+async fn ready(State(state): State<AppState>) -> Response {
+    let reasons = state.readiness.reasons(&state);
+    if reasons.is_empty() {
+        Json(json!({"status": "READY"})).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "NOT_READY", "reasons": reasons})),
+        )
+            .into_response()
+    }
+}
+
+/// The Prometheus text exposition, built on the blocking pool (it reads `/proc` and the chunk store).
+async fn metrics(State(state): State<AppState>) -> Response {
+    match tokio::task::spawn_blocking(move || crate::metrics::scrape::render(&state)).await {
+        Ok(text) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                crate::metrics::exposition::CONTENT_TYPE,
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => ApiError::internal(format!("metrics task failed: {e}")).into_response(),
+    }
 }
 
 async fn not_found(uri: Uri) -> ApiError {

@@ -172,6 +172,7 @@ impl AlarmRules {
             .write_rule_batch(self.partition, self.position, &self.pending)
         {
             Ok(_) => {
+                count_transitions(&self.pending);
                 self.pending.clear();
                 self.overlay.clear();
                 true
@@ -494,5 +495,18 @@ impl Environment for Env<'_> {
                 severity: from_store(a.severity),
                 acknowledged: a.acknowledged,
             })
+    }
+}
+/// Counts written transitions for `/metrics`. A batch replayed after a crash counts again: the counter is
+/// of transitions written by this process.
+fn count_transitions(written: &[RuleWrite]) {
+    use crate::metrics::{alarm_transitions, AlarmTransition};
+    for write in written {
+        let transition = match write {
+            RuleWrite::Raise { .. } => AlarmTransition::Created,
+            RuleWrite::Update { .. } => AlarmTransition::Updated,
+            RuleWrite::Clear { .. } => AlarmTransition::Cleared,
+        };
+        alarm_transitions(transition, 1);
     }
 }

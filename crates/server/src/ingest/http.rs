@@ -198,11 +198,14 @@ async fn attribute_updates(
         .subscribe_scoped(device.device_id, subscriber);
     let outcome = tokio::time::timeout(long_poll_wait(&poll), update).await;
     match outcome {
-        Ok(Ok(Update::SharedAttributes(body))) => (
-            [(axum::http::header::CONTENT_TYPE, "application/json")],
-            body,
-        )
-            .into_response(),
+        Ok(Ok(Update::SharedAttributes(body))) => {
+            crate::metrics::sent(crate::metrics::Out::AttributeUpdate);
+            (
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                body,
+            )
+                .into_response()
+        }
         _ => StatusCode::REQUEST_TIMEOUT.into_response(),
     }
 }
@@ -308,7 +311,10 @@ fn rate_limit(state: &AppState, device: &DeviceAuth, data_points: usize) -> Resu
 
 async fn store(state: &AppState, device: &DeviceAuth, record: Record) -> Response {
     match state.ingest.write(device.device_id, &record).await {
-        Ok(()) => StatusCode::OK.into_response(),
+        Ok(()) => {
+            crate::metrics::ingested(crate::metrics::Transport::Http, &record);
+            StatusCode::OK.into_response()
+        }
         Err(e) => ApiError::from(e).into_response(),
     }
 }

@@ -13,6 +13,7 @@ pub mod attributes;
 pub mod events;
 pub mod http;
 mod processor;
+mod progress;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -79,6 +80,8 @@ pub(crate) struct DeviceEventQueue {
 pub(crate) struct PartitionProgress {
     /// Log offset up to which records have been applied to the stores.
     pub applied: AtomicU64,
+    /// The processor has replayed what the log held when it started (`/readyz`).
+    pub replayed: AtomicBool,
 }
 
 pub struct Ingest {
@@ -153,6 +156,7 @@ impl Ingest {
             (0..partitions)
                 .map(|_| PartitionProgress {
                     applied: AtomicU64::new(0),
+                    replayed: AtomicBool::new(false),
                 })
                 .collect(),
         );
@@ -313,22 +317,14 @@ impl Ingest {
         }
     }
 
-    /// Why the write path is not taking writes right now (empty when it is): for readiness.
-    pub fn refusing(&self) -> Vec<&'static str> {
-        let mut reasons = Vec::new();
-        if self.log.is_poisoned() {
-            reasons.push("ingest log poisoned by a write or sync failure");
-        }
-        if self.log.is_disk_full() {
-            reasons.push("ingest log cannot write: disk full");
-        }
-        if self.admission.low_space() {
-            reasons.push("free disk space under log.disk_free_min_bytes");
-        }
-        if self.admission.paused() {
-            reasons.push("ingest log over log.disk_bytes_max (backpressure)");
-        }
-        reasons
+    /// Whether the log is over its disk budget, so transports read only as fast as the processors apply.
+    pub fn throttled(&self) -> bool {
+        self.admission.paused()
+    }
+
+    /// Whether writes are refused for lack of disk space (the reserve, or a log write that found the disk full).
+    pub fn refusing_writes(&self) -> bool {
+        self.admission.low_space() || self.log.is_disk_full()
     }
 
     /// Last sampled bytes of log segments on disk, and free bytes on the data directory's file system.

@@ -75,6 +75,10 @@ impl Processor {
         let all_progress = self.progress.clone();
         let progress = &all_progress[usize::from(partition)];
         progress.applied.store(offset, Ordering::Release);
+        // Replay is done once what the log held now is applied; measured by offset rather than by an
+        // empty read, which steady new traffic may never give.
+        let replay_end = self.log.end_offset(log_partition)?;
+        progress.replayed.store(false, Ordering::Release);
         let mut last_checkpoint = Instant::now();
         let mut replaying = true;
         // (when, applied offset) samples, to find the log position that is `head_age_max` old.
@@ -106,6 +110,9 @@ impl Processor {
                 {
                     break;
                 }
+            }
+            if offset >= replay_end {
+                progress.replayed.store(true, Ordering::Release);
             }
             if replaying {
                 replayed += applied;

@@ -28,6 +28,7 @@ pub async fn run(state: AppState, listener: TcpListener) {
                 continue;
             }
         };
+        crate::metrics::mqtt_accepted();
         let state = state.clone();
         tokio::spawn(async move {
             let _counted = state.sessions.connection_opened();

@@ -99,6 +99,10 @@ impl Subscriber for Outbox {
         if queue.len() >= OUTBOX_UPDATES_MAX {
             drop(queue);
             tracing::debug!("a session's outbox overflowed; closing it");
+            crate::metrics::refused(
+                crate::metrics::Transport::Mqtt,
+                crate::metrics::Reason::Quota,
+            );
             self.signal.close(close_reason::QUOTA_EXCEEDED);
             return false;
         }

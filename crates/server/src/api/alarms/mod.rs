@@ -206,6 +206,7 @@ async fn ack_alarm(
         owned_info(e, tenant_id, id)
     })
     .await?;
+    crate::metrics::alarm_transitions(crate::metrics::AlarmTransition::Acknowledged, 1);
     Ok(Json(alarm_info_json(&info)))
 }
 
@@ -221,6 +222,7 @@ async fn clear_alarm(
         Ok((before, owned_info(e, tenant_id, id)?))
     })
     .await?;
+    crate::metrics::alarm_transitions(crate::metrics::AlarmTransition::Cleared, 1);
     tell_rules(&state, &before, AlarmEvent::Cleared);
     Ok(Json(alarm_info_json(&info)))
 }

@@ -96,8 +96,10 @@ impl Session {
     }
 
     pub(super) async fn run(mut self, mut socket: WebSocket) {
+        crate::metrics::ws_sessions_add(1);
         let flow = self.serve(&mut socket).await;
         self.unsubscribe_all();
+        crate::metrics::ws_sessions_add(-1);
         if let Flow::Close(code, reason) = flow {
             let frame = CloseFrame {
                 code,
@@ -183,6 +185,7 @@ impl Session {
         if cmd.unsubscribe {
             if let Some(sub) = self.subscriptions.remove(&cmd_id) {
                 self.state.ingest.events().unsubscribe(sub.device, sub.id);
+                crate::metrics::ws_subscriptions_add(-1);
             }
             return None;
         }
@@ -278,6 +281,7 @@ impl Session {
     ) -> Option<Option<JsonValue>> {
         if let Some(old) = self.subscriptions.remove(&cmd_id) {
             self.state.ingest.events().unsubscribe(old.device, old.id);
+            crate::metrics::ws_subscriptions_add(-1);
         }
         if self.subscriptions.len() >= SUBSCRIPTIONS_MAX {
             return Some(Some(error_message(
@@ -295,12 +299,14 @@ impl Session {
         let id = self.state.ingest.events().subscribe(device, subscriber);
         self.subscriptions
             .insert(cmd_id, Subscription { device, id, watch });
+        crate::metrics::ws_subscriptions_add(1);
         None
     }
 
     fn unsubscribe_all(&mut self) {
         for (_, sub) in self.subscriptions.drain() {
             self.state.ingest.events().unsubscribe(sub.device, sub.id);
+            crate::metrics::ws_subscriptions_add(-1);
         }
     }
 

@@ -25,6 +25,7 @@ use super::{Conn, End};
 use crate::ingest::events::{Interest, Subscriber, SubscriptionId, Update};
 use crate::ingest::{client_attributes_record, now_ms, telemetry_record, IngestError};
 use crate::limits::{Level, Sender};
+use crate::metrics::{self, Reason, Transport};
 use crate::rpc::{RpcRequest, RpcSink, SinkId};
 
 /// What a gateway connection knows beyond a device's: its tenant and its connected sub-devices.
@@ -127,6 +128,7 @@ impl Conn<'_> {
         if !self.gateway {
             // As ThingsBoard: a device that is not a gateway gets no answer at all.
             tracing::debug!(peer = %self.peer, "gateway topic from a device that is not a gateway");
+            metrics::refused(Transport::Mqtt, Reason::Auth);
             return None;
         }
         let ack = publish.qos != QoS::AtMostOnce;
@@ -154,6 +156,7 @@ impl Conn<'_> {
             Ok(()) => (reason::SUCCESS, None),
             Err(GatewayRefusal::Payload(message)) => {
                 tracing::debug!(peer = %self.peer, %message, "malformed gateway payload");
+                metrics::refused(Transport::Gateway, Reason::Malformed);
                 if !v5 {
                     return Some(End::Server(None));
                 }
@@ -161,17 +164,28 @@ impl Conn<'_> {
             }
             Err(GatewayRefusal::Malformed(message)) => {
                 tracing::debug!(peer = %self.peer, %message, "malformed gateway message");
+                metrics::refused(Transport::Gateway, Reason::Malformed);
                 (
                     reason::IMPLEMENTATION_SPECIFIC_ERROR,
                     Some(End::Server(None)),
                 )
             }
             Err(GatewayRefusal::SubDevice(message)) => {
-                tracing::warn!(peer = %self.peer, %message, "cannot get or create a gateway's device");
+                tracing::debug!(peer = %self.peer, %message, "cannot get or create a gateway's device");
+                crate::sustained_warn!(%message, "cannot get or create gateways' devices");
+                let quota = message.contains("Maximum number of devices");
+                metrics::refused(
+                    Transport::Gateway,
+                    if quota {
+                        Reason::Quota
+                    } else {
+                        Reason::NotFound
+                    },
+                );
                 if !v5 {
                     return Some(End::Server(None));
                 }
-                let code = if message.contains("Maximum number of devices") {
+                let code = if quota {
                     reason::QUOTA_EXCEEDED
                 } else {
                     reason::UNSPECIFIED_ERROR
@@ -179,10 +193,12 @@ impl Conn<'_> {
                 (code, None)
             }
             Err(GatewayRefusal::Full(message)) => {
+                metrics::refused(Transport::Gateway, Reason::DiskFull);
                 tracing::debug!(peer = %self.peer, %message, "gateway write refused");
                 (reason::QUOTA_EXCEEDED, Some(End::Server(None)))
             }
             Err(GatewayRefusal::RateLimited { device, level }) => {
+                metrics::refused(Transport::Gateway, Reason::RateLimited);
                 tracing::debug!(peer = %self.peer, %device, level = level.as_str(), "gateway rate limit exceeded");
                 // As ThingsBoard: PUBACK 0x97 and the gateway connection closed; MQTT 5 gateways are also told
                 // which device went over, on `v1/gateway/disconnect` with reason 150 (0x96), best effort.
@@ -199,7 +215,9 @@ impl Conn<'_> {
                 return Some(End::Server(None));
             }
             Err(GatewayRefusal::Unavailable(message)) => {
-                tracing::warn!(peer = %self.peer, %message, "cannot accept a gateway message");
+                tracing::debug!(peer = %self.peer, %message, "cannot accept a gateway message");
+                crate::sustained_warn!(%message, "cannot accept gateway messages");
+                metrics::refused(Transport::Gateway, Reason::Unavailable);
                 (reason::UNSPECIFIED_ERROR, Some(End::Server(None)))
             }
         };
@@ -517,6 +535,7 @@ impl Conn<'_> {
         for (name, push) in pushes {
             let (topic, body) = match push {
                 Push::Attributes(body) => {
+                    metrics::sent(metrics::Out::AttributeUpdate);
                     let data: JsonValue = serde_json::from_slice(&body).unwrap_or(JsonValue::Null);
                     (
                         "v1/gateway/attributes",
@@ -592,6 +611,7 @@ impl Conn<'_> {
                 other => GatewayRefusal::Unavailable(other.to_string()),
             })?;
         self.wait_seq = self.wait_seq.max(seq);
+        metrics::ingested(Transport::Gateway, record);
         Ok(())
     }
 }

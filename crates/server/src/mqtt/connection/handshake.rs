@@ -16,6 +16,7 @@ use super::super::sessions::SessionGuard;
 use super::{CONNECT_READ_CHUNK, CONNECT_TIMEOUT};
 use crate::ingest::now_ms;
 use crate::limits::Sender;
+use crate::metrics::{self, Reason, Transport};
 use crate::AppState;
 
 /// An accepted session: what the handshake hands to the packet loop.
@@ -48,6 +49,7 @@ pub(super) async fn handshake(
         Ok(Ok(None)) | Err(_) => return None,
         Ok(Err(e)) => {
             tracing::debug!(%peer, error = %e, "bad CONNECT");
+            metrics::refused(Transport::Mqtt, metrics::decode_reason(&e));
             // An unsupported version is answered (in 3.1.1 form, which every client reads); other
             // malformed CONNECTs are closed without an answer.
             if let Some(code) = e.connack_code(Protocol::V311) {
@@ -62,6 +64,7 @@ pub(super) async fn handshake(
     // A blocked address is refused before its credentials are looked at (reference 1.2's IP limit).
     if !state.limits.failed_auth.allows(peer.ip(), now_ns) {
         tracing::debug!(%peer, "CONNECT refused: address blocked after failed authentications");
+        metrics::refused(Transport::Mqtt, Reason::Auth);
         let code = if v5 { reason::NOT_AUTHORIZED } else { 5 };
         let _ = send_connack(&mut stream, protocol, code).await;
         return None;
@@ -103,6 +106,7 @@ pub(super) async fn handshake(
             .check(|| Some(tenant), sender, 0, now_ns)
         {
             tracing::debug!(%peer, device = %device.device_id, level = level.as_str(), "CONNECT refused: rate limit exceeded");
+            metrics::refused(Transport::Mqtt, Reason::RateLimited);
             let code = if v5 {
                 reason::CONNECTION_RATE_EXCEEDED
             } else {
@@ -121,10 +125,12 @@ pub(super) async fn handshake(
         } else {
             5
         };
+        metrics::refused(Transport::Mqtt, Reason::Auth);
         let _ = send_connack(&mut stream, protocol, code).await;
         return None;
     }
     send_connack(&mut stream, protocol, 0).await.ok()?;
+    metrics::mqtt_connected(protocol);
     state
         .activity
         .connected(&state.ingest, device.device_id, now_ms());
@@ -209,6 +215,7 @@ struct Refused {
 fn authenticate(state: &AppState, connect: &Connect) -> Result<Authenticated, Refused> {
     let v5 = connect.protocol == Protocol::V5;
     if state.sessions.connection_count() > state.config.mqtt.connections_max {
+        metrics::refused(Transport::Mqtt, Reason::ConnectionsMax);
         return Err(Refused {
             code: if v5 { reason::QUOTA_EXCEEDED } else { 3 },
             bad_credentials: false,
@@ -222,16 +229,19 @@ fn authenticate(state: &AppState, connect: &Connect) -> Result<Authenticated, Re
     match outcome {
         MqttAuth::Device(device) => Ok(Authenticated::Device(device)),
         MqttAuth::Provision => Ok(Authenticated::Provision),
-        MqttAuth::Refused(refusal) => Err(Refused {
-            code: match (refusal, v5) {
-                (AuthRefusal::BadUserNameOrPassword, true) => reason::BAD_USER_NAME_OR_PASSWORD,
-                (AuthRefusal::ClientIdNotValid, true) => reason::CLIENT_IDENTIFIER_NOT_VALID,
-                (AuthRefusal::NotAuthorized, true) => reason::NOT_AUTHORIZED,
-                (AuthRefusal::ClientIdNotValid, false) => 2,
-                (_, false) => 5,
-            },
-            bad_credentials: true,
-        }),
+        MqttAuth::Refused(refusal) => {
+            metrics::refused(Transport::Mqtt, Reason::Auth);
+            Err(Refused {
+                code: match (refusal, v5) {
+                    (AuthRefusal::BadUserNameOrPassword, true) => reason::BAD_USER_NAME_OR_PASSWORD,
+                    (AuthRefusal::ClientIdNotValid, true) => reason::CLIENT_IDENTIFIER_NOT_VALID,
+                    (AuthRefusal::NotAuthorized, true) => reason::NOT_AUTHORIZED,
+                    (AuthRefusal::ClientIdNotValid, false) => 2,
+                    (_, false) => 5,
+                },
+                bad_credentials: true,
+            })
+        }
     }
 }
 

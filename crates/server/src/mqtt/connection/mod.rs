@@ -25,6 +25,7 @@ use crate::activity::coarse_now_ms;
 use crate::ingest::events::SubscriptionId;
 use crate::ingest::{client_attributes_record, now_ms, telemetry_record, IngestError};
 use crate::limits::{Level, Sender};
+use crate::metrics::{self, Reason, Transport};
 use crate::AppState;
 
 /// Most QoS 1 publishes to a device (SHARED attribute updates, RPC) that may wait for its PUBACK; an MQTT 5
@@ -262,6 +263,7 @@ impl Conn<'_> {
                 Ok(None) => return None,
                 Err(e) => {
                     tracing::debug!(peer = %self.peer, error = %e, "malformed packet");
+                    metrics::refused(Transport::Mqtt, metrics::decode_reason(&e));
                     return Some(End::Server(Some(e.reason_code())));
                 }
             }
@@ -274,7 +276,9 @@ impl Conn<'_> {
             let seq = std::mem::take(&mut self.wait_seq);
             if let Err(e) = Box::pin(self.state.ingest.durable(seq)).await {
                 // Nothing in this batch may be acknowledged: drop the answers and close.
-                tracing::warn!(peer = %self.peer, error = %e, "cannot make records durable; closing");
+                tracing::debug!(peer = %self.peer, error = %e, "cannot make records durable; closing");
+                crate::sustained_warn!(error = %e, "cannot make records durable; closing connections");
+                metrics::refused(Transport::Mqtt, Reason::Unavailable);
                 self.out.clear();
                 return false;
             }
@@ -372,7 +376,10 @@ impl Conn<'_> {
             | Packet::SubAck(_)
             | Packet::UnsubAck(_)
             | Packet::PingResp
-            | Packet::Auth(_) => Some(End::Server(Some(reason::PROTOCOL_ERROR))),
+            | Packet::Auth(_) => {
+                metrics::refused(Transport::Mqtt, Reason::Protocol);
+                Some(End::Server(Some(reason::PROTOCOL_ERROR)))
+            }
         }
     }
 
@@ -483,6 +490,7 @@ impl Conn<'_> {
                 None
             }
             Err(Refusal::Topic) => {
+                metrics::refused(Transport::Mqtt, Reason::Topic);
                 if ack {
                     // 3.x has no reason codes: the PUBACK looks like success, as in ThingsBoard.
                     self.puback(pkid, if v5 { reason::TOPIC_NAME_INVALID } else { 0 });
@@ -491,6 +499,7 @@ impl Conn<'_> {
             }
             Err(Refusal::Payload(message)) => {
                 tracing::debug!(peer = %self.peer, %message, "malformed payload");
+                metrics::refused(Transport::Mqtt, Reason::Malformed);
                 if v5 {
                     if ack {
                         self.puback(pkid, reason::PAYLOAD_FORMAT_INVALID);
@@ -502,6 +511,7 @@ impl Conn<'_> {
             }
             Err(Refusal::RateLimited(level)) => self.rate_limited(level, ack, pkid),
             Err(Refusal::Full(message)) => {
+                metrics::refused(Transport::Mqtt, Reason::DiskFull);
                 // Disk full: refused, nothing stored. MQTT 5 says so in the PUBACK (or, for QoS 0, in a
                 // DISCONNECT); 3.x has no reason codes, and a PUBACK would read as success, so it closes.
                 tracing::debug!(peer = %self.peer, %message, "write refused");
@@ -516,7 +526,9 @@ impl Conn<'_> {
             }
             Err(Refusal::Unavailable(message)) => {
                 // As ThingsBoard on a processing failure: no PUBACK, and MQTT 5 gets DISCONNECT 0x83.
-                tracing::warn!(peer = %self.peer, %message, "cannot accept a message");
+                tracing::debug!(peer = %self.peer, %message, "cannot accept a message");
+                crate::sustained_warn!(%message, "cannot accept MQTT messages; closing connections");
+                metrics::refused(Transport::Mqtt, Reason::Unavailable);
                 Some(End::Server(Some(reason::IMPLEMENTATION_SPECIFIC_ERROR)))
             }
         }
@@ -546,6 +558,7 @@ impl Conn<'_> {
     /// codes, so the connection is closed without PUBACK, as in ThingsBoard.
     fn rate_limited(&mut self, level: Level, ack: bool, pkid: u16) -> Option<End> {
         tracing::debug!(peer = %self.peer, device = %self.device_id, level = level.as_str(), "rate limit exceeded");
+        metrics::refused(Transport::Mqtt, Reason::RateLimited);
         match (self.protocol == Protocol::V5, ack) {
             (true, true) => {
                 self.puback(pkid, reason::QUOTA_EXCEEDED);
@@ -580,6 +593,7 @@ impl Conn<'_> {
         match appended {
             Ok(seq) => {
                 self.wait_seq = self.wait_seq.max(seq);
+                metrics::ingested(Transport::Mqtt, &record);
                 Ok(())
             }
             Err(e @ (IngestError::DiskFull(_) | IngestError::Overloaded)) => {

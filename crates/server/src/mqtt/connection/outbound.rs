@@ -110,6 +110,7 @@ impl Conn<'_> {
             for update in updates {
                 // The outbox registers for SHARED pushes only.
                 if let Update::SharedAttributes(body) = update {
+                    crate::metrics::sent(crate::metrics::Out::AttributeUpdate);
                     self.publish_to_device(topic.clone(), body);
                 }
             }
@@ -201,6 +202,10 @@ impl Conn<'_> {
                     None => self.subscriptions.push((filter.path, qos)),
                 }
             } else {
+                crate::metrics::refused(
+                    crate::metrics::Transport::Mqtt,
+                    crate::metrics::Reason::Topic,
+                );
                 codes.push(if v5 {
                     reason::TOPIC_FILTER_INVALID
                 } else {
