@@ -37,7 +37,7 @@ fn stored_points(server: &Server, jwt: &str, device: &str, key: &str) -> usize {
 
 #[test]
 fn mqtt5_puback_0x97_over_the_device_telemetry_limit_and_usable_after_refill() {
-    let server = Server::start_with_env(&[(&env("transport_device_telemetry_msg"), "3:1")]);
+    let server = Server::start_with_env(&[(&env("transport_device_telemetry_msg"), "3:3")]);
     let jwt = server.login();
     let device = server.create_device(&jwt, "limited", "LIMITED_TOKEN");
     let mut client = server.mqtt(Protocol::V5, "LIMITED_TOKEN");
@@ -63,17 +63,18 @@ fn mqtt5_puback_0x97_over_the_device_telemetry_limit_and_usable_after_refill() {
     let (_, limits) = client.expect_publish("v1/devices/me/rpc/response/1", QoS::AtLeastOnce);
     assert_eq!(
         limits["rateLimits"],
-        json!({"messages": null, "telemetryMessages": "3:1", "telemetryDataPoints": null})
+        json!({"messages": null, "telemetryMessages": "3:3", "telemetryDataPoints": null})
     );
     assert!(limits.get("gatewayRateLimits").is_none());
-    // One token back every 333 ms.
-    std::thread::sleep(Duration::from_millis(400));
+    // One token back every second (slow enough that a loaded machine cannot refill the bucket between the
+    // three publishes and the refused fourth).
+    std::thread::sleep(Duration::from_millis(1200));
     let later = json!({"ts": ts + 4, "values": {"t": 4}});
     assert_eq!(publish_acked(&mut client, TELEMETRY, 6, later), 0);
     // The refused point was not stored.
     assert_eq!(stored_points(&server, &jwt, &device, "t"), 4);
-    // QoS 0 over the limit has no PUBACK to carry the refusal: DISCONNECT 0x96. Fewer than 2 tokens are
-    // back by now, so the third of these is over the limit at the latest.
+    // QoS 0 over the limit has no PUBACK to carry the refusal: DISCONNECT 0x96. Unless the stored-points query
+    // took 2 s, fewer than 2 tokens are back by now, so the third of these is over the limit at the latest.
     let qos0: Vec<Packet> = (0..3)
         .map(|_| publish(TELEMETRY, QoS::AtMostOnce, 0, r#"{"q":1}"#))
         .collect();

@@ -158,10 +158,12 @@ impl Shared {
         Ok(())
     }
 
-    /// Whether the queue holds at least `queue_bytes_max` bytes, so an append would wait for the
-    /// writer. Lock-free, for callers that would rather wait somewhere else than block in `append`.
+    /// Whether the queue is three-quarters full or more, so that the next appends could wait for the
+    /// writer. Lock-free, for callers that would rather wait somewhere else than block in `append`:
+    /// the quarter left is headroom for what they append between this check and the append.
     pub fn queue_full(&self) -> bool {
-        self.queued_bytes.load(Ordering::Relaxed) >= self.config.queue_bytes_max
+        let max = self.config.queue_bytes_max;
+        self.queued_bytes.load(Ordering::Relaxed) >= max - max / 4
     }
 
     fn disk_full_error(&self) -> LogError {
@@ -458,7 +460,9 @@ fn run_loop(shared: &Shared, mut actives: Vec<ActiveSegment>) {
                     }
                     if !wait_before_retry(shared, retry_delay) {
                         // Stopping with a batch that cannot be written: its records were never
-                        // acknowledged. Poisoning wakes whoever still waits for them.
+                        // acknowledged. (Whole frames of it already written stay in the segment and may
+                        // be replayed after a restart: a record never acknowledged may still be stored,
+                        // as with any crash before the PUBACK.) Poisoning wakes whoever still waits.
                         shared.poison("stopped while the disk was full".to_string());
                         return;
                     }

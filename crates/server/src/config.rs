@@ -523,10 +523,14 @@ impl Config {
         if self.log.segment_bytes_max < 1 << 20 {
             return bad("log.segment_bytes_max must be at least 1 MiB");
         }
-        if self.log.disk_bytes_max != 0 && self.log.disk_bytes_max < 4 * self.log.segment_bytes_max
+        // Each partition keeps an active segment and a partly consumed one that cannot be reclaimed yet, and
+        // heads pin a quarter of the budget: below this the log could not drain under 90% of it.
+        if self.log.disk_bytes_max != 0
+            && self.log.disk_bytes_max
+                < 8 * u64::from(self.log.partitions) * self.log.segment_bytes_max
         {
             return bad(
-                "log.disk_bytes_max must be 0 (no budget) or at least 4 x log.segment_bytes_max",
+                "log.disk_bytes_max must be 0 (no budget) or at least 8 x log.partitions x log.segment_bytes_max",
             );
         }
         if self.mqtt.packet_bytes_max < 1024 {

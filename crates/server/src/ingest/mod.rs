@@ -293,10 +293,15 @@ impl Ingest {
     /// room, so an append will not block the calling runtime thread. Transports await this before reading
     /// a socket: over the budget, that is the backpressure of DESIGN.md section 4 (see `admission.rs`).
     pub async fn admitted(&self) {
-        if !self.admission.paused() && !self.log.queue_full() {
+        if self.admits_now() {
             return;
         }
         Box::pin(self.admitted_slow()).await;
+    }
+
+    /// Whether [`Ingest::admitted`] would resolve at once: two relaxed loads.
+    pub fn admits_now(&self) -> bool {
+        !self.admission.paused() && !self.log.queue_full()
     }
 
     async fn admitted_slow(&self) {
@@ -305,7 +310,7 @@ impl Ingest {
             if self.admission.paused() {
                 self.admission.admit().await;
                 return;
-            } else if self.log.queue_full() && !self.log.is_disk_full() {
+            } else if self.log.queue_full() && !self.log.is_disk_full() && !self.log.is_poisoned() {
                 // The writer empties the queue when it takes a batch and publishes it after the commit.
                 durable.borrow_and_update();
                 if !self.log.queue_full() || durable.changed().await.is_err() {

@@ -1,10 +1,11 @@
 //! `GET /readyz`: whether this server should be sent traffic.
 //!
 //! Ready means recovered and accepting: the ingest log is open (it is before anything listens) and not
-//! poisoned, every partition's processor has finished its startup replay, and the server is not
-//! stopping. Other parts add their own conditions through [`Readiness::add_condition`]: the disk budget
-//! (backpressure) registers one that says why ingest does not accept writes while it is over budget.
-//! `/healthz` stays "the process is alive".
+//! poisoned, writes are not refused for lack of disk space, every partition's processor has finished its
+//! startup replay, and the server is not stopping. Over the log's disk budget the server still accepts
+//! writes, only slower, so that alone does not make it unready (`fleetwire_ingest_throttled` shows it).
+//! Other parts can add conditions through [`Readiness::add_condition`]. `/healthz` stays "the process is
+//! alive".
 
 use parking_lot::RwLock;
 
@@ -21,7 +22,7 @@ pub struct Readiness {
 
 impl Readiness {
     /// Adds a condition checked at every `/readyz`: the hook for state that makes the server refuse
-    /// writes for a while, like the disk budget. Keep it cheap (a few atomic loads): load balancers
+    /// writes for a while. Keep it cheap (a few atomic loads): load balancers
     /// poll this every few seconds.
     pub fn add_condition(
         &self,

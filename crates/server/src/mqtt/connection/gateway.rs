@@ -420,6 +420,13 @@ impl Conn<'_> {
                     level,
                 })?;
         }
+        // Refused whole rather than in part: once a device part is appended it will be stored, and the
+        // gateway's resend of a refused message would store it twice.
+        if self.state.ingest.refusing_writes() {
+            return Err(GatewayRefusal::Full(
+                "writes are refused until disk space is freed".into(),
+            ));
+        }
         let now = now_ms();
         for (_, device, record) in &records {
             self.append_for(*device, record)?;

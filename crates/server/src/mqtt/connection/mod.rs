@@ -181,16 +181,9 @@ impl Conn<'_> {
                 self.out = BytesMut::new();
             }
             // The inactivity timeout lives only while waiting: a timer owned by the connection for its whole
-            // life would cost every idle connection ~110 bytes more. Nothing is read while the write path is
-            // not admitting (the log over its disk budget): that is the backpressure, and it does not count
-            // as the client's inactivity.
-            let ingest = &self.state.ingest;
-            let stream = &self.stream;
+            // life would cost every idle connection ~110 bytes more.
             tokio::select! {
-                readable = async {
-                    ingest.admitted().await;
-                    tokio::time::timeout(INACTIVITY_TIMEOUT, stream.readable()).await
-                } => match readable {
+                readable = tokio::time::timeout(INACTIVITY_TIMEOUT, self.stream.readable()) => match readable {
                     Err(_) => return End::Server(Some(reason::MAXIMUM_CONNECT_TIME)),
                     Ok(Err(_)) => return End::Client,
                     Ok(Ok(())) => {}
@@ -203,6 +196,13 @@ impl Conn<'_> {
                     }
                 },
             }
+            // Over the log's disk budget a read waits for its grant (backpressure; see ingest::admission).
+            // Only connections with bytes to read ask, so grants go to reads, in arrival order.
+            if !self.state.ingest.admits_now() {
+                if let Some(end) = Box::pin(self.wait_admitted(&signal)).await {
+                    return end;
+                }
+            }
             let read = if buf.is_empty() {
                 self.read_and_process(&mut buf, max)
             } else {
@@ -214,6 +214,27 @@ impl Conn<'_> {
                 Err(client_end) => return client_end,
             }
             self.note_uplink();
+        }
+    }
+
+    /// Waits until the write path admits a read, while still answering the close signal and publishing what the
+    /// outboxes receive meanwhile; `Some` ends the connection.
+    async fn wait_admitted(&mut self, signal: &CloseSignal) -> Option<End> {
+        let state = self.state;
+        let mut admitted = std::pin::pin!(state.ingest.admitted());
+        loop {
+            tokio::select! {
+                () = &mut admitted => return None,
+                signaled = signal.signaled() => match signaled {
+                    Some(reason) => return Some(End::Server(Some(reason))),
+                    None => {
+                        self.publish_updates();
+                        if !self.flush().await {
+                            return Some(End::Client);
+                        }
+                    }
+                },
+            }
         }
     }
 
@@ -301,6 +322,8 @@ impl Conn<'_> {
                 }
             };
             tokio::select! {
+                // The write first: a close that is already pending must not cut a write that can finish.
+                biased;
                 written = tokio::time::timeout(WRITE_TIMEOUT, self.stream.write_all(&self.out)) => {
                     matches!(written, Ok(Ok(())))
                 }
