@@ -2,9 +2,9 @@
 //!
 //! Two different answers to two different problems (DESIGN.md section 4):
 //! - **The log is over its disk budget** because the processors fell behind. Nothing is wrong with the
-//!   input, so nothing is refused: transports read only as fast as the processors apply. Each read of a
+//!   input, so nothing is refused: transports read at half the pace the processors apply. Each read of a
 //!   connection then waits for a grant ([`Ingest::admitted`]); the monitor hands out, every sample, as many
-//!   grants as the bytes the processors applied in the last one are worth in reads (at least
+//!   grants as half the bytes the processors applied in the last one are worth in reads (at least
 //!   [`GRANTS_MIN`]), and connections get them in arrival order, so a device that sends one message waits
 //!   behind one read of each busy connection, not behind their backlog. Once the processors catch up and the
 //!   log is back under 90% of the budget, reads are free again. Devices see slow acknowledgements and full
@@ -162,7 +162,8 @@ pub(crate) fn monitor(
     let mut last_applied = applied_total();
     let mut last_appended = log.stats().append_bytes;
     let mut granted = 0usize;
-    let mut bytes_per_read = 1024u64;
+    // Until measured, assume large reads: the first sample over the budget must not grant a burst.
+    let mut bytes_per_read = 16 * 1024u64;
     let mut paused_since: Option<Instant> = None;
     let mut low_since: Option<Instant> = None;
     let mut last_warning = Instant::now();
@@ -224,14 +225,14 @@ pub(crate) fn monitor(
         let applied = applied_total();
         let appended = log.stats().append_bytes;
         if paused_since.is_some() {
-            // Reads in step with the processors: what they applied since the last sample, in reads of the
-            // size the granted ones have had.
+            // Reads at half the pace of the processors, so the lag shrinks: half of what they applied since
+            // the last sample, in reads of the size the granted ones have had.
             let used = granted.saturating_sub(admission.grants.available_permits());
             if used > 0 {
                 bytes_per_read = (appended.saturating_sub(last_appended) / used as u64).max(1);
             }
             let applied_bytes = applied.saturating_sub(last_applied);
-            granted = usize::try_from(applied_bytes / bytes_per_read)
+            granted = usize::try_from(applied_bytes / 2 / bytes_per_read)
                 .unwrap_or(GRANTS_MAX)
                 .clamp(GRANTS_MIN, GRANTS_MAX);
             admission.grant(granted);
