@@ -193,14 +193,37 @@ impl<'a> Reader<'a> {
         self.take(len)
     }
 
+    /// Decodes a pco column of exactly `n` values, chunk by chunk into `n` slots: the counts a damaged
+    /// column declares are checked before anything is allocated for them (pco's one-call decode
+    /// preallocates what the column claims, up to 4 GiB; the fuzzer found that).
     fn pco<T: pco::data_types::Number>(&mut self, what: &str, n: usize) -> Result<Vec<T>, Invalid> {
         let bytes = self.section()?;
-        let values = pco::standalone::simple_decompress::<T>(bytes)
-            .map_err(|e| Invalid::new(format!("{what} column: {e}")))?;
-        if values.len() != n {
+        let bad = |e: pco::errors::PcoError| Invalid::new(format!("{what} column: {e}"));
+        let (file, mut src) = pco::standalone::FileDecompressor::new(bytes).map_err(bad)?;
+        let mut values = vec![T::default(); n];
+        let mut filled = 0;
+        while let pco::standalone::DecompressorItem::Chunk(mut chunk) =
+            file.chunk_decompressor::<T, &[u8]>(src).map_err(bad)?
+        {
+            let count = chunk.n();
+            if count > n - filled {
+                return Err(Invalid::new(format!(
+                    "{what} column holds more than the {n} values expected"
+                )));
+            }
+            let end = filled + count;
+            while filled < end {
+                let progress = chunk.read(&mut values[filled..end]).map_err(bad)?;
+                if progress.n_processed == 0 {
+                    return Err(Invalid::new(format!("{what} column: a chunk ends early")));
+                }
+                filled += progress.n_processed;
+            }
+            src = chunk.into_src();
+        }
+        if filled != n {
             return Err(Invalid::new(format!(
-                "{what} column holds {} values, expected {n}",
-                values.len()
+                "{what} column holds {filled} values, expected {n}"
             )));
         }
         Ok(values)
@@ -322,6 +345,21 @@ fn take_if<T: pco::data_types::Number>(
 
 #[cfg(test)]
 mod tests {
+    /// Found by the `chunk_decode` fuzz target: a chunk (with a valid checksum) whose ts column declares
+    /// ~2^29 values made pco preallocate 4 GiB. Its declared count is now checked against the header's
+    /// point count before anything is allocated. The input is the fuzzer's: a flag byte (odd: fix the CRC
+    /// up), then the blob.
+    #[test]
+    fn a_column_declaring_more_values_than_the_header_is_refused_before_allocating() {
+        let input = include_bytes!("../../../fuzz/corpus/chunk_decode/regression-oom-pco-count");
+        let mut blob = input[1..].to_vec();
+        let body = blob.len() - super::CRC_BYTES;
+        let crc = crc32c::crc32c(&blob[..body]);
+        blob[body..].copy_from_slice(&crc.to_le_bytes());
+        let err = super::decode(&blob).unwrap_err();
+        assert!(err.0.contains("ts column"), "{}", err.0);
+    }
+
     use super::*;
     use fleetwire_model::Value;
 
