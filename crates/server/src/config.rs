@@ -539,8 +539,8 @@ impl Config {
         if self.mqtt.inflight_max == 0 {
             return bad("mqtt.inflight_max must be at least 1");
         }
-        if self.tsdb.chunk_points_max < 16 {
-            return bad("tsdb.chunk_points_max must be at least 16");
+        if self.tsdb.chunk_points_max < 16 || self.tsdb.chunk_points_max > 1 << 20 {
+            return bad("tsdb.chunk_points_max must be between 16 and 1048576");
         }
         if self.auth.access_token_ttl_s == 0 || self.auth.refresh_token_ttl_s == 0 {
             return bad("auth token lifetimes must be positive");

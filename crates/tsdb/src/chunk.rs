@@ -137,6 +137,11 @@ pub(crate) fn encode(points: &Points) -> Result<Vec<u8>, EncodeError> {
 
 /// Reads the fixed header only (no checksum check, no decompression): used to find which
 /// stored chunks a new one overlaps.
+/// Most points one chunk may hold. Chunks are written in pieces of at most the store's
+/// `chunk_points_max`, which is clamped to this; the decoder refuses a header that declares more, so a
+/// damaged count can never make it allocate more than this many values per column (8 MiB of i64).
+pub const CHUNK_POINTS_MAX: u32 = 1 << 20;
+
 pub(crate) fn header(blob: &[u8]) -> Result<Header, Invalid> {
     if blob.len() < HEADER_BYTES + CRC_BYTES {
         return Err(Invalid::new(format!(
@@ -153,7 +158,7 @@ pub(crate) fn header(blob: &[u8]) -> Result<Header, Invalid> {
     let point_count = u32::from_le_bytes(r.array()?);
     let first_ts = i64::from_le_bytes(r.array()?);
     let last_ts = i64::from_le_bytes(r.array()?);
-    if point_count == 0 || first_ts > last_ts {
+    if point_count == 0 || point_count > CHUNK_POINTS_MAX || first_ts > last_ts {
         return Err(Invalid::new(format!(
             "bad header: {point_count} points from {first_ts} to {last_ts}"
         )));
@@ -349,6 +354,24 @@ mod tests {
     /// ~2^29 values made pco preallocate 4 GiB. Its declared count is now checked against the header's
     /// point count before anything is allocated. The input is the fuzzer's: a flag byte (odd: fix the CRC
     /// up), then the blob.
+    /// Also found by `chunk_decode`: a header declaring ~859M points made the decoder allocate 6.9 GB for
+    /// the column it was about to fill. Headers may declare at most `CHUNK_POINTS_MAX`.
+    #[test]
+    fn a_header_declaring_more_points_than_a_chunk_may_hold_is_refused() {
+        let input = include_bytes!("../../../fuzz/corpus/chunk_decode/regression-oom-header-count");
+        let mut blob = input[1..].to_vec();
+        if input[0] & 1 == 1 {
+            let body = blob.len() - super::CRC_BYTES;
+            let crc = crc32c::crc32c(&blob[..body]);
+            blob[body..].copy_from_slice(&crc.to_le_bytes());
+        }
+        assert!(super::decode(&blob).is_err());
+        let mut huge = blob.clone();
+        huge[2..6].copy_from_slice(&(super::CHUNK_POINTS_MAX + 1).to_le_bytes());
+        let err = super::header(&huge).unwrap_err();
+        assert!(err.0.contains("bad header"), "{}", err.0);
+    }
+
     #[test]
     fn a_column_declaring_more_values_than_the_header_is_refused_before_allocating() {
         let input = include_bytes!("../../../fuzz/corpus/chunk_decode/regression-oom-pco-count");

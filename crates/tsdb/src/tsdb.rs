@@ -75,7 +75,9 @@ impl Tsdb {
     /// Opens (or creates) the store in `dir`, loading the series index and latest values.
     pub fn open(dir: impl AsRef<Path>, config: TsdbConfig) -> Result<Tsdb> {
         let config = TsdbConfig {
-            chunk_points_max: config.chunk_points_max.max(1),
+            chunk_points_max: config
+                .chunk_points_max
+                .clamp(1, crate::chunk::CHUNK_POINTS_MAX as usize),
             shard_count: config.shard_count.max(1),
         };
         let store = Store::open(dir.as_ref(), config.chunk_points_max)?;
