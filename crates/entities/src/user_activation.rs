@@ -120,6 +120,27 @@ impl Entities {
         customer_id: Uuid,
         query: &PageQuery,
     ) -> Result<PageData<User>, EntityError> {
+        self.users_page("customer_id", customer_id, Authority::CustomerUser, query)
+    }
+
+    /// A page of a tenant's administrators (the system administrator's view), oldest first; text search on
+    /// the email.
+    pub fn tenant_admins(
+        &self,
+        tenant_id: Uuid,
+        query: &PageQuery,
+    ) -> Result<PageData<User>, EntityError> {
+        self.users_page("tenant_id", tenant_id, Authority::TenantAdmin, query)
+    }
+
+    /// Users whose `owner_column` is `owner` and whose authority is `authority`.
+    fn users_page(
+        &self,
+        owner_column: &str,
+        owner: Uuid,
+        authority: Authority,
+        query: &PageQuery,
+    ) -> Result<PageData<User>, EntityError> {
         let order = query.order_limit(
             &[
                 ("createdTime", "created_time"),
@@ -130,20 +151,21 @@ impl Entities {
             "created_time",
             "rowid",
         )?;
-        let filter = "customer_id = ?1 AND authority = 'CUSTOMER_USER' \
-                      AND (?2 IS NULL OR instr(lower(email), lower(?2)) > 0)";
+        let filter = format!(
+            "{owner_column} = ?1 AND authority = ?3 \
+             AND (?2 IS NULL OR instr(lower(email), lower(?2)) > 0)"
+        );
+        let args = params![owner.to_string(), query.search(), authority.as_str()];
         let ids: Vec<Uuid> = self.with_conn(|conn| {
             let mut stmt =
                 conn.prepare(&format!("SELECT id FROM tb_user WHERE {filter} {order}"))?;
-            let rows = stmt.query_map(params![customer_id.to_string(), query.search()], |r| {
-                sql::uuid(r, 0)
-            })?;
+            let rows = stmt.query_map(args, |r| sql::uuid(r, 0))?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
         })?;
         let total: u64 = self.with_conn(|conn| {
             Ok(conn.query_row(
                 &format!("SELECT count(*) FROM tb_user WHERE {filter}"),
-                params![customer_id.to_string(), query.search()],
+                args,
                 |r| r.get(0),
             )?)
         })?;

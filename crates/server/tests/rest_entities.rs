@@ -154,6 +154,8 @@ fn assert_error(r: &Reply, status: u16, error_code: u64) {
 mod devices;
 #[path = "rest_entities/profiles_dashboards.rs"]
 mod profiles_dashboards;
+#[path = "rest_entities/tenants.rs"]
+mod tenants;
 
 #[tokio::test]
 async fn login_issues_thingsboard_claims() {

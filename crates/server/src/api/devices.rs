@@ -280,12 +280,19 @@ async fn delete_device(
         Ok(e.delete_device(tenant_id, id)?)
     })
     .await?;
+    forget_deleted_device(&state, id).await?;
+    Ok(StatusCode::OK)
+}
+
+/// What a device deleted from the entity store leaves elsewhere: its sessions, activity, RPC and claim state,
+/// and its telemetry and attributes (purged through the ingest log).
+pub(crate) async fn forget_deleted_device(state: &AppState, id: Uuid) -> Result<(), ApiError> {
     state.ingest.device_changed(id);
     state.activity.forget(id);
     state.rpcs.forget(id);
     state.claims.forget(id);
     state.ingest.purge_device(id).await?;
-    Ok(StatusCode::OK)
+    Ok(())
 }
 
 async fn device_types(

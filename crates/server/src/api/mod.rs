@@ -1,8 +1,8 @@
 //! The ThingsBoard-compatible REST API (reference sections 0 and 4) and the assembly of the whole HTTP app.
 //!
 //! - [`auth`]: login, refresh, current user, the [`auth::CurrentUser`] extractor; [`token`]: the JWTs.
-//! - [`devices`], [`credentials`], [`customers`], [`profiles`], [`dashboards`], [`alarms`]: one resource
-//!   each, with its JSON.
+//! - [`devices`], [`credentials`], [`customers`], [`profiles`], [`dashboards`], [`alarms`], [`tenants`],
+//!   [`users`]: one resource each, with its JSON.
 //! - [`telemetry`], [`attributes`]: telemetry and attribute endpoints; [`ws`]: live subscriptions.
 //! - [`rpc`]: server-side RPC to devices.
 //! - [`rate_limit`]: REST rate limits per tenant and customer (429, errorCode 33).
@@ -28,6 +28,7 @@ pub mod rate_limit;
 pub mod rpc;
 pub mod rpc_persistent;
 pub mod telemetry;
+pub mod tenants;
 pub mod token;
 pub mod users;
 pub mod ws;
@@ -57,6 +58,7 @@ pub fn router(state: AppState) -> Router {
         .merge(credentials::routes())
         .merge(customers::routes())
         .merge(users::routes())
+        .merge(tenants::routes())
         .merge(profiles::routes())
         .merge(dashboards::routes())
         .merge(alarms::routes())

@@ -3,6 +3,9 @@
 //! `DELETE /api/user/{id}`, `GET /api/user/{id}/activationLink` (text, ends `activateToken=<t>`),
 //! `POST /api/noauth/activate` (`{"activateToken","password"}` → a token pair, as a login) and
 //! `GET /api/customer/{customerId}/users`. No mail is ever sent.
+//!
+//! The system administrator creates, reads, deletes and activates tenant administrators of any tenant
+//! (`POST /api/user` with `authority: TENANT_ADMIN` and `tenantId`), as in ThingsBoard.
 
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -31,13 +34,19 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/api/customer/{customer_id}/users", get(customer_users))
 }
 
-fn owned_user(e: &Entities, tenant_id: Uuid, id: Uuid) -> Result<User, ApiError> {
-    owned(
-        e.user(id)?,
-        tenant_id,
-        |u| u.tenant_id,
-        || format!("User with id [{id}] is not found"),
-    )
+/// The user `id` if the caller manages it: a tenant administrator the users of its tenant, the system
+/// administrator every tenant's users (not other system administrators).
+fn managed_user(e: &Entities, caller: &CurrentUser, id: Uuid) -> Result<User, ApiError> {
+    let not_found = || format!("User with id [{id}] is not found");
+    match caller.authority {
+        Authority::TenantAdmin => owned(e.user(id)?, caller.tenant_id, |u| u.tenant_id, not_found),
+        Authority::SysAdmin => match e.user(id)? {
+            None => Err(ApiError::not_found(not_found())),
+            Some(user) if user.authority == Authority::SysAdmin => Err(ApiError::forbidden()),
+            Some(user) => Ok(user),
+        },
+        Authority::CustomerUser => Err(ApiError::forbidden()),
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -53,6 +62,7 @@ struct UserIn {
     email: Option<String>,
     authority: Option<String>,
     customer_id: Option<IdIn>,
+    tenant_id: Option<IdIn>,
     first_name: Option<String>,
     last_name: Option<String>,
 }
@@ -62,7 +72,22 @@ async fn create_user(
     caller: CurrentUser,
     JsonBody(body): JsonBody<UserIn>,
 ) -> Result<Json<Value>, ApiError> {
-    let tenant_id = caller.tenant_admin()?;
+    // A tenant administrator creates users of its tenant; the system administrator creates the first
+    // administrators of a tenant it names.
+    let sysadmin_for = match caller.authority {
+        Authority::SysAdmin => Some(
+            body.tenant_id
+                .as_ref()
+                .and_then(|t| t.id.as_deref())
+                .ok_or_else(|| ApiError::bad_request("Tenant id should be specified!"))
+                .and_then(super::extract::parse_uuid)?,
+        ),
+        _ => None,
+    };
+    let tenant_id = match sysadmin_for {
+        Some(tenant_id) => tenant_id,
+        None => caller.tenant_admin()?,
+    };
     if body.id.as_ref().and_then(|id| id.id.as_ref()).is_some() {
         return Err(ApiError::bad_request("Updating users is not supported yet"));
     }
@@ -85,6 +110,11 @@ async fn create_user(
             .map_err(|_| ApiError::bad_request(format!("Invalid UUID string: {text}")))?,
         None => NULL_UUID,
     };
+    if sysadmin_for.is_some() && authority != Authority::TenantAdmin {
+        return Err(ApiError::bad_request(
+            "The system administrator creates tenant administrators only",
+        ));
+    }
     if (authority == Authority::CustomerUser) == (customer_id == NULL_UUID) {
         return Err(ApiError::bad_request(
             "A customer user needs its customer, and only a customer user has one",
@@ -92,6 +122,11 @@ async fn create_user(
     }
     let (first_name, last_name) = (body.first_name, body.last_name);
     let user = blocking(&state, move |e| {
+        if sysadmin_for.is_some() && e.tenant(tenant_id)?.is_none() {
+            return Err(ApiError::not_found(format!(
+                "Tenant with id [{tenant_id}] is not found"
+            )));
+        }
         if customer_id != NULL_UUID {
             owned_customer(e, tenant_id, customer_id)?;
         }
@@ -114,12 +149,16 @@ async fn get_user(
     caller: CurrentUser,
     IdPath(id): IdPath,
 ) -> Result<Json<Value>, ApiError> {
-    // Anyone may read themselves; a tenant administrator reads the tenant's users.
-    if caller.user_id != id {
-        caller.tenant_admin()?;
-    }
-    let tenant_id = caller.tenant_id;
-    let user = blocking(&state, move |e| owned_user(e, tenant_id, id)).await?;
+    // Anyone may read themselves; administrators read the users they manage.
+    let user = blocking(&state, move |e| {
+        if caller.user_id == id {
+            return e
+                .user(id)?
+                .ok_or_else(|| ApiError::not_found(format!("User with id [{id}] is not found")));
+        }
+        managed_user(e, &caller, id)
+    })
+    .await?;
     Ok(Json(user_json(&user)))
 }
 
@@ -128,13 +167,12 @@ async fn delete_user(
     caller: CurrentUser,
     IdPath(id): IdPath,
 ) -> Result<StatusCode, ApiError> {
-    let tenant_id = caller.tenant_admin()?;
     if caller.user_id == id {
         return Err(ApiError::forbidden());
     }
     blocking(&state, move |e| {
-        owned_user(e, tenant_id, id)?;
-        Ok(e.delete_user(tenant_id, id)?)
+        let user = managed_user(e, &caller, id)?;
+        Ok(e.delete_user(user.tenant_id, id)?)
     })
     .await?;
     Ok(StatusCode::OK)
@@ -147,9 +185,8 @@ async fn activation_link(
     IdPath(id): IdPath,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let tenant_id = caller.tenant_admin()?;
     let token = blocking(&state, move |e| {
-        owned_user(e, tenant_id, id)?;
+        managed_user(e, &caller, id)?;
         e.activation_token(id)?
             .ok_or_else(|| ApiError::bad_request("User is already activated!"))
     })

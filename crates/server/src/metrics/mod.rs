@@ -76,10 +76,12 @@ pub enum Reason {
     Quota = 9,
     /// Free disk space under the reserve, or a log write found the disk full.
     DiskFull = 10,
+    /// A connection sent no complete packet within its Keep Alive (or CONNECT within the connect timeout).
+    Timeout = 11,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 11] = [
+    pub const ALL: [Reason; 12] = [
         Reason::Auth,
         Reason::Malformed,
         Reason::TooLarge,
@@ -91,6 +93,7 @@ impl Reason {
         Reason::NotFound,
         Reason::Quota,
         Reason::DiskFull,
+        Reason::Timeout,
     ];
 
     pub fn label(self) -> &'static str {
@@ -106,6 +109,7 @@ impl Reason {
             Reason::NotFound => "not_found",
             Reason::Quota => "quota",
             Reason::DiskFull => "disk_full",
+            Reason::Timeout => "timeout",
         }
     }
 }

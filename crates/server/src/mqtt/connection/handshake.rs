@@ -30,6 +30,8 @@ pub(super) struct Session<'a> {
     /// Most QoS 1 publishes to the device unacknowledged at once: the client's Receive Maximum (MQTT 5),
     /// at most [`super::OUTBOUND_INFLIGHT_MAX`].
     pub(super) send_window: u16,
+    /// The CONNECT's Keep Alive, seconds (0: none).
+    pub(super) keep_alive_s: u16,
     pub(super) guard: SessionGuard<'a>,
 }
 
@@ -46,7 +48,12 @@ pub(super) async fn handshake(
         tokio::time::timeout(CONNECT_TIMEOUT, read_connect(&mut stream, &mut buf, max)).await;
     let connect = match read {
         Ok(Ok(Some(connect))) => connect,
-        Ok(Ok(None)) | Err(_) => return None,
+        Ok(Ok(None)) => return None,
+        Err(_) => {
+            tracing::debug!(%peer, "no CONNECT within the connect timeout; closing");
+            metrics::refused(Transport::Mqtt, Reason::Timeout);
+            return None;
+        }
         Ok(Err(e)) => {
             tracing::debug!(%peer, error = %e, "bad CONNECT");
             metrics::refused(Transport::Mqtt, metrics::decode_reason(&e));
@@ -146,6 +153,7 @@ pub(super) async fn handshake(
         device_id: device.device_id,
         gateway: device.gateway,
         send_window,
+        keep_alive_s: connect.keep_alive_s,
         guard,
     })
 }

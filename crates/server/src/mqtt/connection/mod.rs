@@ -35,8 +35,10 @@ pub(super) const OUTBOUND_INFLIGHT_MAX: u16 = 1024;
 
 /// How long a new connection may take to send its CONNECT.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Sessions without any packet for this long are closed (ThingsBoard's transport inactivity timeout).
-const INACTIVITY_TIMEOUT: Duration = Duration::from_secs(600);
+/// Sessions without Keep Alive (0 in CONNECT) that send no complete packet for this long are closed
+/// (ThingsBoard's transport inactivity timeout). With a Keep Alive, the limit is one and a half times it
+/// (MQTT 3.1.2.10 / 3.1.2-24).
+const INACTIVITY_TIMEOUT_MS: u32 = 600_000;
 /// Read buffer growth step of a connection's own buffer (while a partial packet is pending).
 const READ_CHUNK: usize = 8 * 1024;
 /// Size of each worker thread's shared read buffer: one read takes up to this much.
@@ -100,6 +102,12 @@ struct Conn<'a> {
     /// When the device last sent anything, and when that was last written as activity (epoch ms).
     last_uplink_ms: i64,
     uplink_reported_ms: i64,
+    /// When the last complete packet arrived (coarse epoch ms), and how long the next may take: bytes that
+    /// trickle in without completing a packet (slowloris) do not keep a session open.
+    last_packet_ms: i64,
+    idle_limit_ms: u32,
+    /// Whether `idle_limit_ms` comes from the client's Keep Alive (closing says 0x8D) or is the default.
+    keep_alive: bool,
 }
 
 /// Serves one accepted TCP connection until it closes.
@@ -118,6 +126,7 @@ pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
         device_id,
         gateway,
         send_window,
+        keep_alive_s,
         guard,
     } = session;
     let mut conn = Conn {
@@ -140,6 +149,12 @@ pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
         // `connected` just wrote the session's first activity.
         last_uplink_ms: 0,
         uplink_reported_ms: now_ms(),
+        last_packet_ms: coarse_now_ms(),
+        idle_limit_ms: match keep_alive_s {
+            0 => INACTIVITY_TIMEOUT_MS,
+            s => u32::from(s) * 1500,
+        },
+        keep_alive: keep_alive_s > 0,
     };
     // The close signal is watched only between batches (inside `run`), never in the middle of a write,
     // so a DISCONNECT never follows a half-written packet.
@@ -181,10 +196,22 @@ impl Conn<'_> {
                 self.out = BytesMut::new();
             }
             // The inactivity timeout lives only while waiting: a timer owned by the connection for its whole
-            // life would cost every idle connection ~110 bytes more.
+            // life would cost every idle connection ~110 bytes more. It counts from the last complete packet,
+            // so a client that sends a byte at a time without finishing a packet is closed all the same.
+            let idle_left = self.last_packet_ms + i64::from(self.idle_limit_ms) - coarse_now_ms();
+            let idle_left = Duration::from_millis(u64::try_from(idle_left).unwrap_or(0));
             tokio::select! {
-                readable = tokio::time::timeout(INACTIVITY_TIMEOUT, self.stream.readable()) => match readable {
-                    Err(_) => return End::Server(Some(reason::MAXIMUM_CONNECT_TIME)),
+                readable = tokio::time::timeout(idle_left, self.stream.readable()) => match readable {
+                    Err(_) => {
+                        tracing::debug!(peer = %self.peer, device = %self.device_id, keep_alive = self.keep_alive,
+                            "no complete packet in time; closing");
+                        metrics::refused(Transport::Mqtt, Reason::Timeout);
+                        return End::Server(Some(if self.keep_alive {
+                            reason::KEEP_ALIVE_TIMEOUT
+                        } else {
+                            reason::MAXIMUM_CONNECT_TIME
+                        }));
+                    }
                     Ok(Err(_)) => return End::Client,
                     Ok(Ok(())) => {}
                 },
@@ -274,14 +301,21 @@ impl Conn<'_> {
 
     /// Handles every complete packet in `buf`; `Some` ends the connection.
     fn process(&mut self, buf: &mut BytesMut, max: usize) -> Option<End> {
+        let mut complete = false;
         loop {
             match decode(buf, self.protocol, max) {
                 Ok(Some(packet)) => {
+                    complete = true;
                     if let Some(end) = self.handle(packet) {
                         return Some(end);
                     }
                 }
-                Ok(None) => return None,
+                Ok(None) => {
+                    if complete {
+                        self.last_packet_ms = coarse_now_ms();
+                    }
+                    return None;
+                }
                 Err(e) => {
                     tracing::debug!(peer = %self.peer, error = %e, "malformed packet");
                     metrics::refused(Transport::Mqtt, metrics::decode_reason(&e));
