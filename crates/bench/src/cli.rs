@@ -156,6 +156,9 @@ pub struct RunArgs {
     /// Skip the acked-vs-stored verification (for servers that do not store, like mosquitto).
     #[arg(long)]
     pub no_verify: bool,
+    /// Keep recounting for up to this long while points are missing (a server still applying a backlog).
+    #[arg(long)]
+    pub verify_wait_s: Option<f64>,
     #[arg(long)]
     pub connections_per_process: Option<u32>,
     /// Sample this process's CPU and RSS during the run (the server under test).
@@ -195,6 +198,7 @@ impl RunArgs {
             warmup_s,
             duration_s,
             connect_rate,
+            verify_wait_s,
             http_connections,
             host,
             mqtt_port,

@@ -173,6 +173,7 @@ pub async fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report> {
                 start,
                 end + 1,
                 16,
+                Duration::from_secs_f64(scenario.verify_wait_s.max(0.0)),
             )
             .await?;
             report.verify_s = Some(started.elapsed().as_secs_f64());

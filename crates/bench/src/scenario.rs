@@ -60,6 +60,9 @@ pub struct Scenario {
     pub create_devices: bool,
     /// After the run, compare per device the points stored with the points acknowledged.
     pub verify: bool,
+    /// How long verification keeps recounting while points are missing: a server that is still applying a
+    /// backlog (after an overload run) stores them late, not never. 0: one count.
+    pub verify_wait_s: f64,
     /// Above this many connections the fleet is split over worker processes (one process may hold at
     /// most 20,000 open files here).
     pub connections_per_process: u32,
@@ -93,6 +96,7 @@ impl Default for Scenario {
             password: "tenant".into(),
             create_devices: false,
             verify: true,
+            verify_wait_s: 0.0,
             connections_per_process: 18_000,
         }
     }

@@ -109,7 +109,8 @@ pub fn compare(
 
 /// Logs in, lists the device ids (one paged listing by the names' common prefix), counts the stored
 /// points in `[start_ts, end_ts)` of every device with acknowledged messages, `concurrency` devices at
-/// once on as many connections, and compares.
+/// once on as many connections, and compares. While points are missing it counts again every second for up to
+/// `wait` (a server applying a backlog stores them late).
 #[allow(clippy::too_many_arguments)]
 pub async fn verify(
     addr: SocketAddr,
@@ -120,7 +121,9 @@ pub async fn verify(
     start_ts: i64,
     end_ts: i64,
     concurrency: usize,
+    wait: std::time::Duration,
 ) -> Result<VerifyReport> {
+    let deadline = std::time::Instant::now() + wait;
     let mut rest = Rest::login(addr, username, password).await?;
     let names: Vec<String> = acked
         .iter()
@@ -136,26 +139,37 @@ pub async fn verify(
     work.dedup();
     let work = Arc::new(work);
     let keys = Arc::new(keys.to_vec());
-    let next = Arc::new(AtomicUsize::new(0));
-    let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..concurrency.clamp(1, work.len().max(1)) {
-        let mut rest = rest.fork().await?;
-        let (work, keys, next) = (work.clone(), keys.clone(), next.clone());
-        tasks.spawn(async move {
-            let mut counted = Vec::new();
-            while let Some((name, id)) = work.get(next.fetch_add(1, Ordering::Relaxed)) {
-                let counts = rest.count_points(id, &keys, start_ts, end_ts).await?;
-                counted.push((name.clone(), counts));
-            }
-            Ok::<_, Error>(counted)
-        });
-    }
-    let mut stored = HashMap::with_capacity(work.len());
-    while let Some(joined) = tasks.join_next().await {
-        let counted = joined.map_err(|e| Error::Worker(format!("verification task: {e}")))??;
-        stored.extend(counted);
-    }
-    let report = compare(acked, &stored, &keys);
+    let report = loop {
+        let next = Arc::new(AtomicUsize::new(0));
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..concurrency.clamp(1, work.len().max(1)) {
+            let mut rest = rest.fork().await?;
+            let (work, keys, next) = (work.clone(), keys.clone(), next.clone());
+            tasks.spawn(async move {
+                let mut counted = Vec::new();
+                while let Some((name, id)) = work.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let counts = rest.count_points(id, &keys, start_ts, end_ts).await?;
+                    counted.push((name.clone(), counts));
+                }
+                Ok::<_, Error>(counted)
+            });
+        }
+        let mut stored = HashMap::with_capacity(work.len());
+        while let Some(joined) = tasks.join_next().await {
+            let counted =
+                joined.map_err(|e| Error::Worker(format!("verification task: {e}")))??;
+            stored.extend(counted);
+        }
+        let report = compare(acked, &stored, &keys);
+        if report.missing_points == 0 || std::time::Instant::now() >= deadline {
+            break report;
+        }
+        tracing::info!(
+            missing = report.missing_points,
+            "points still missing; counting again in 1 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    };
     tracing::info!(
         devices = report.devices,
         acked = report.acked_points,

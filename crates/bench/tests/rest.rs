@@ -221,6 +221,7 @@ async fn verify_compares_acked_with_stored() {
         start_ts,
         end_ts,
         2,
+        Duration::ZERO,
     )
     .await
     .unwrap();
@@ -245,6 +246,8 @@ async fn verify_compares_acked_with_stored() {
         start_ts,
         end_ts,
         4,
+        // Missing stays missing: the recounts end at the deadline with the same answer.
+        Duration::from_secs(2),
     )
     .await
     .unwrap();
@@ -371,6 +374,7 @@ async fn scale_10k_devices() {
         start_ts,
         start_ts + 1,
         16,
+        Duration::ZERO,
     )
     .await
     .unwrap();

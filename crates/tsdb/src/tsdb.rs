@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use fleetwire_model::{Kv, TsRecord, Value};
 use parking_lot::{Mutex, MutexGuard};
@@ -226,6 +227,16 @@ impl Tsdb {
     /// nothing is lost, and every other series still seals, so the log behind them can be trimmed.
     /// A storage failure (which poisons the store) stops the sweep.
     fn seal_where(&self, pred: impl Fn(&SeriesState) -> bool) -> Result<usize> {
+        self.seal_where_until(pred, None).map(|(sealed, _)| sealed)
+    }
+
+    /// [`Tsdb::seal_where`] that stops at `deadline` (checked between series); also returns whether every
+    /// matching head was sealed.
+    fn seal_where_until(
+        &self,
+        pred: impl Fn(&SeriesState) -> bool,
+        deadline: Option<Instant>,
+    ) -> Result<(usize, bool)> {
         self.store.check_writable()?;
         let mut sealed = 0;
         for shard in self.shards.iter() {
@@ -242,6 +253,9 @@ impl Tsdb {
                     .collect()
             };
             for (entity, key) in candidates {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Ok((sealed, false));
+                }
                 let mut shard = shard.lock();
                 if let Some(state) = shard.series_mut(entity, &key) {
                     if state.head.is_empty() || !pred(state) {
@@ -258,7 +272,7 @@ impl Tsdb {
                 }
             }
         }
-        Ok(sealed)
+        Ok((sealed, true))
     }
 
     /// Seals every non-empty head. Returns the number of heads sealed.
@@ -286,6 +300,25 @@ impl Tsdb {
                 .min_source(partition)
                 .is_some_and(|pos| pos < source_pos)
         })
+    }
+
+    /// [`Tsdb::seal_heads_below`] for at most until `deadline`, so that a caller applying records between
+    /// checkpoints is not stopped for long when many heads are due at once; returns the heads sealed and
+    /// whether all that were due are. The rest stay pinned in the log until a later call seals them.
+    pub fn seal_heads_below_until(
+        &self,
+        partition: u16,
+        source_pos: u64,
+        deadline: Instant,
+    ) -> Result<(usize, bool)> {
+        self.seal_where_until(
+            |s| {
+                s.head
+                    .min_source(partition)
+                    .is_some_and(|pos| pos < source_pos)
+            },
+            Some(deadline),
+        )
     }
 
     /// The lowest log position of `partition` whose data is not yet durable in chunks (in a

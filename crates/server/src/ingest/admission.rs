@@ -4,9 +4,10 @@
 //! - **The log is over its disk budget** because the processors fell behind. Nothing is wrong with the
 //!   input, so nothing is refused: transports read at half the pace the processors apply. Each read of a
 //!   connection then waits for a grant ([`Ingest::admitted`]); the monitor hands out, every sample, as many
-//!   grants as half the bytes the processors applied in the last one are worth in reads (at least
-//!   [`GRANTS_MIN`]), and connections get them in arrival order, so a device that sends one message waits
-//!   behind one read of each busy connection, not behind their backlog. Once the processors catch up and the
+//!   grants as half the bytes the processors applied per sample over the last 10 s are worth in reads (at least
+//!   [`GRANTS_MIN`]), and connections get them in arrival order, each for a read of at most
+//!   [`THROTTLED_READ_BYTES`], so a device that sends one message waits behind one small read of each busy
+//!   connection, not behind their backlog. Once the processors catch up and the
 //!   log is back under 90% of the budget, reads are free again. Devices see slow acknowledgements and full
 //!   TCP windows, never an error.
 //! - **The file system is nearly full** (or a log write found it full). Waiting would not help, so writes
@@ -37,6 +38,13 @@ pub(crate) const GRANTS_MIN: usize = 8;
 
 /// Most reads granted per sample while over the budget.
 const GRANTS_MAX: usize = 4096;
+
+/// Samples over which the processors' pace is averaged for the grants (10 s).
+const APPLIED_WINDOW: usize = 100;
+
+/// Most bytes one granted read takes. Small reads make the grants go round the waiting connections quickly:
+/// a device that sends one message waits behind at most one small read of each busy connection.
+pub(crate) const THROTTLED_READ_BYTES: usize = 4 * 1024;
 
 /// How often a condition that persists is logged again at warn level.
 const REPEAT_WARNING: Duration = Duration::from_secs(60);
@@ -160,10 +168,15 @@ pub(crate) fn monitor(
             .sum()
     };
     let mut last_applied = applied_total();
+    // Bytes applied in each of the last APPLIED_WINDOW samples: the processors apply in bursts (a checkpoint
+    // that seals many heads stops them for a second or more), and grants follow their average pace, not the
+    // last sample's, so that reads do not stop while they seal.
+    let mut applied_window: std::collections::VecDeque<u64> =
+        std::collections::VecDeque::with_capacity(APPLIED_WINDOW);
     let mut last_appended = log.stats().append_bytes;
     let mut granted = 0usize;
-    // Until measured, assume large reads: the first sample over the budget must not grant a burst.
-    let mut bytes_per_read = 16 * 1024u64;
+    // Until measured, assume full reads: the first sample over the budget must not grant a burst.
+    let mut bytes_per_read = THROTTLED_READ_BYTES as u64;
     let mut paused_since: Option<Instant> = None;
     let mut low_since: Option<Instant> = None;
     let mut last_warning = Instant::now();
@@ -224,6 +237,10 @@ pub(crate) fn monitor(
 
         let applied = applied_total();
         let appended = log.stats().append_bytes;
+        if applied_window.len() == APPLIED_WINDOW {
+            applied_window.pop_front();
+        }
+        applied_window.push_back(applied.saturating_sub(last_applied));
         if paused_since.is_some() {
             // Reads at half the pace of the processors, so the lag shrinks: half of what they applied since
             // the last sample, in reads of the size the granted ones have had.
@@ -231,7 +248,8 @@ pub(crate) fn monitor(
             if used > 0 {
                 bytes_per_read = (appended.saturating_sub(last_appended) / used as u64).max(1);
             }
-            let applied_bytes = applied.saturating_sub(last_applied);
+            let applied_bytes =
+                applied_window.iter().sum::<u64>() / applied_window.len().max(1) as u64;
             granted = usize::try_from(applied_bytes / 2 / bytes_per_read)
                 .unwrap_or(GRANTS_MAX)
                 .clamp(GRANTS_MIN, GRANTS_MAX);

@@ -7,7 +7,7 @@
 //! attribute posts count their data points.
 
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
+use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, RawPathParams, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -41,14 +41,9 @@ pub fn routes() -> Router<AppState> {
 /// with its id, `{"id":0,"method":…,"params":…}`; 408 when none came (reference 3).
 async fn rpc_poll(
     State(state): State<AppState>,
-    Path(token): Path<String>,
-    peer: Peer,
+    TokenDevice(device): TokenDevice,
     Query(poll): Query<LongPoll>,
 ) -> Response {
-    let device = match device(&state, &token, &peer) {
-        Ok(device) => device,
-        Err(refused) => return refused.into_response(),
-    };
     let (sink, request) = crate::rpc::PollSink::new();
     let sink_id = state.rpcs.attach(device.device_id, sink);
     // Detaches however the request ends, also when the client goes away and axum drops this future.
@@ -87,14 +82,9 @@ impl Drop for Detach<'_> {
 /// `POST /api/v1/{token}/claim` `{"secretKey":…,"durationMs":…}` (optional): the device may be claimed.
 async fn claim(
     State(state): State<AppState>,
-    Path(token): Path<String>,
-    peer: Peer,
+    TokenDevice(device): TokenDevice,
     body: Bytes,
 ) -> Response {
-    let device = match device(&state, &token, &peer) {
-        Ok(device) => device,
-        Err(refused) => return refused.into_response(),
-    };
     match state.claims.offer(device.device_id, &body, super::now_ms()) {
         Ok(()) => StatusCode::OK.into_response(),
         Err(e) => ApiError::bad_request(e.to_string()).into_response(),
@@ -111,14 +101,9 @@ async fn provision(State(state): State<AppState>, body: Bytes) -> Response {
 /// ([`crate::client_rpc`]).
 async fn client_rpc(
     State(state): State<AppState>,
-    Path(token): Path<String>,
-    peer: Peer,
+    TokenDevice(device): TokenDevice,
     body: Bytes,
 ) -> Response {
-    let device = match device(&state, &token, &peer) {
-        Ok(device) => device,
-        Err(refused) => return refused.into_response(),
-    };
     let request: serde_json::Value = match serde_json::from_slice(&body) {
         Ok(request) => request,
         Err(e) => {
@@ -144,14 +129,10 @@ async fn client_rpc(
 /// 200 also for a reply nobody waits for any more, as ThingsBoard answers.
 async fn rpc_reply(
     State(state): State<AppState>,
-    Path((token, id)): Path<(String, String)>,
-    peer: Peer,
+    TokenDevice(device): TokenDevice,
+    Path((_, id)): Path<(String, String)>,
     body: Bytes,
 ) -> Response {
-    let device = match device(&state, &token, &peer) {
-        Ok(device) => device,
-        Err(refused) => return refused.into_response(),
-    };
     let Ok(id) = id.parse::<i32>() else {
         return ApiError::bad_request(format!("Invalid RPC request id: {id}")).into_response();
     };
@@ -182,14 +163,9 @@ struct LongPoll {
 /// device and answers it as the MQTT push would (`{"k":v}` / `{"deleted":[…]}`); 408 when none came.
 async fn attribute_updates(
     State(state): State<AppState>,
-    Path(token): Path<String>,
-    peer: Peer,
+    TokenDevice(device): TokenDevice,
     Query(poll): Query<LongPoll>,
 ) -> Response {
-    let device = match device(&state, &token, &peer) {
-        Ok(device) => device,
-        Err(refused) => return refused.into_response(),
-    };
     let (subscriber, update) = OneShot::new();
     // Deregisters however the request ends, also when the client goes away and axum drops this future.
     let _registration = state
@@ -242,12 +218,29 @@ impl IntoResponse for Refused {
     }
 }
 
-/// The device a request's token names, once the request passed the rate limits as one message (not a data
-/// message: see [`authenticated`] and [`rate_limit`] for those).
-fn device(state: &AppState, token: &str, peer: &Peer) -> Result<DeviceAuth, Refused> {
-    let device = authenticated(state, token, peer)?;
-    rate_limit(state, &device, 0)?;
-    Ok(device)
+/// The device the request's `{token}` names, once the request passed the rate limits as one message (not a
+/// data message: the telemetry and attribute posts call [`authenticated`] and [`rate_limit`] themselves).
+struct TokenDevice(DeviceAuth);
+
+impl FromRequestParts<AppState> for TokenDevice {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &AppState,
+    ) -> Result<Self, Response> {
+        let params = RawPathParams::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let Some((_, token)) = params.iter().find(|(name, _)| *name == "token") else {
+            return Err(StatusCode::NOT_FOUND.into_response());
+        };
+        let token = token.to_string();
+        let Ok(peer) = Peer::from_request_parts(parts, state).await;
+        let device = authenticated(state, &token, &peer).map_err(IntoResponse::into_response)?;
+        rate_limit(state, &device, 0).map_err(IntoResponse::into_response)?;
+        Ok(TokenDevice(device))
+    }
 }
 
 /// The device a request's token names; each request is a short session of its own and counts as activity
@@ -375,14 +368,9 @@ struct AttributeKeys {
 /// `GET /api/v1/{token}/attributes?clientKeys=a,b&sharedKeys=c`: none given → all client and shared.
 async fn get_attributes(
     State(state): State<AppState>,
-    Path(token): Path<String>,
-    peer: Peer,
+    TokenDevice(device): TokenDevice,
     Query(keys): Query<AttributeKeys>,
 ) -> Response {
-    let device = match device(&state, &token, &peer) {
-        Ok(device) => device,
-        Err(refused) => return refused.into_response(),
-    };
     state
         .ingest
         .caught_up(device.device_id, std::time::Duration::from_secs(5))

@@ -7,7 +7,7 @@
 //! the time-series store; it checkpoints the log once the store has persisted what the records carried, so
 //! a crash replays exactly what was not yet persisted.
 
-mod admission;
+pub(crate) mod admission;
 mod alarms;
 pub mod attributes;
 pub mod events;

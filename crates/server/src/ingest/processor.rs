@@ -26,6 +26,12 @@ use fleetwire_rules::Input;
 
 /// How often the processor seals old heads, persists and checkpoints.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
+/// Longest a checkpoint seals heads before the processor goes back to applying records: when many heads are
+/// due at once (a small disk budget, many series), sealing them all took seconds, during which nothing was
+/// applied and the disk budget's grants dried up. What is left is sealed by the next checkpoints, which then
+/// come every SEAL_BUDGET instead of every CHECKPOINT_INTERVAL, unless the heads pin more than twice
+/// `head_log_bytes_max` of the log: then they are all sealed at once, so the log stays within its budget.
+const SEAL_BUDGET: Duration = Duration::from_millis(250);
 /// How long the processor sleeps waiting for new records before doing housekeeping anyway.
 const IDLE_WAIT: Duration = Duration::from_millis(100);
 
@@ -83,7 +89,14 @@ impl Processor {
         let mut replaying = true;
         // (when, applied offset) samples, to find the log position that is `head_age_max` old.
         let mut history: VecDeque<(Instant, u64)> = VecDeque::new();
+        // Whether the last checkpoint left due heads unsealed (see SEAL_BUDGET).
+        let mut seal_pending = false;
         loop {
+            let interval = if seal_pending {
+                SEAL_BUDGET
+            } else {
+                CHECKPOINT_INTERVAL
+            };
             let mut applied = 0u64;
             // Wall-clock time for alarm rules, read once per 256 records rather than per record.
             let mut now = now_ms();
@@ -106,8 +119,7 @@ impl Processor {
                 offset = entry.next_offset;
                 progress.applied.store(offset, Ordering::Release);
                 applied += 1;
-                if applied.is_multiple_of(4096) && last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL
-                {
+                if applied.is_multiple_of(4096) && last_checkpoint.elapsed() >= interval {
                     break;
                 }
             }
@@ -136,7 +148,7 @@ impl Processor {
             // may be trimmed past them; while it cannot be written, the log is not trimmed.
             let alarms_written = self.alarms.flush();
             let stopping = self.shutdown.load(Ordering::Acquire);
-            if alarms_written && (stopping || last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL) {
+            if alarms_written && (stopping || last_checkpoint.elapsed() >= interval) {
                 let now = Instant::now();
                 history.push_back((now, offset));
                 let mut aged = start;
@@ -152,7 +164,7 @@ impl Processor {
                 } else {
                     aged.max(offset.saturating_sub(self.head_log_bytes_max))
                 };
-                self.checkpoint(offset, seal_below);
+                seal_pending = !self.checkpoint(offset, seal_below);
                 last_checkpoint = now;
             }
             if stopping {
@@ -311,12 +323,28 @@ impl Processor {
         }
     }
 
-    /// Seals the heads that pin log data below `seal_below`, persists the stores, then records in the log
-    /// how far it may be trimmed. The order matters: the checkpoint never passes data not yet persisted.
-    fn checkpoint(&self, applied: u64, seal_below: u64) {
+    /// Seals the heads that pin log data below `seal_below` (all of them at a stop, else for at most
+    /// SEAL_BUDGET), persists the stores, then records in the log how far it may be trimmed. The order matters:
+    /// the checkpoint never passes data not yet persisted. False when due heads are left for the next one.
+    fn checkpoint(&self, applied: u64, seal_below: u64) -> bool {
         let partition = self.partition;
+        let mut complete = true;
         let result = (|| -> Result<(), super::IngestError> {
-            self.tsdb.seal_heads_below(partition, seal_below)?;
+            // Heads that fell far behind (twice their share of the log) are sealed whatever it takes: the
+            // log cannot be trimmed past them, and it must stay within its disk budget.
+            let pinned = self
+                .tsdb
+                .min_unsealed_source(partition)
+                .map_or(0, |pin| applied.saturating_sub(pin));
+            if seal_below == u64::MAX || pinned > self.head_log_bytes_max.saturating_mul(2) {
+                self.tsdb.seal_heads_below(partition, seal_below)?;
+            } else {
+                let deadline = Instant::now() + SEAL_BUDGET;
+                complete = self
+                    .tsdb
+                    .seal_heads_below_until(partition, seal_below, deadline)?
+                    .1;
+            }
             self.tsdb.persist()?;
             self.attributes.persist()?;
             let keep_from = self
@@ -332,5 +360,6 @@ impl Processor {
         if let Err(e) = result {
             tracing::warn!(partition, error = %e, "checkpoint failed; the log keeps the data and it is retried");
         }
+        complete
     }
 }

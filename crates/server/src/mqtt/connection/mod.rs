@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use fleetwire_model::{PayloadError, Record};
 use fleetwire_mqtt::{decode, encode, reason, Packet, Protocol, PubAck, Publish, QoS};
 use tokio::io::AsyncWriteExt;
@@ -22,6 +22,7 @@ use super::requests;
 use super::sessions::{CloseSignal, Outbox, RpcOutbox};
 use super::topics::{self, DeviceTopic};
 use crate::activity::coarse_now_ms;
+use crate::ingest::admission::THROTTLED_READ_BYTES;
 use crate::ingest::events::SubscriptionId;
 use crate::ingest::{client_attributes_record, now_ms, telemetry_record, IngestError};
 use crate::limits::{Level, Sender};
@@ -225,16 +226,20 @@ impl Conn<'_> {
             }
             // Over the log's disk budget a read waits for its grant (backpressure; see ingest::admission).
             // Only connections with bytes to read ask, so grants go to reads, in arrival order.
+            // A granted read takes at most THROTTLED_READ_BYTES, so that the grants go round the waiting
+            // connections quickly and a device that sends one small message is not stuck behind big reads.
+            let mut limit = usize::MAX;
             if !self.state.ingest.admits_now() {
                 if let Some(end) = Box::pin(self.wait_admitted(&signal)).await {
                     return end;
                 }
+                limit = THROTTLED_READ_BYTES;
             }
             let read = if buf.is_empty() {
-                self.read_and_process(&mut buf, max)
+                self.read_and_process(&mut buf, max, limit)
             } else {
                 // A partial packet is pending: it keeps its own buffer until it is complete.
-                self.read_own_and_process(&mut buf, max)
+                self.read_own_and_process(&mut buf, max, limit)
             };
             match read {
                 Ok(packet_end) => end = packet_end,
@@ -268,17 +273,22 @@ impl Conn<'_> {
     /// Reads into this worker thread's shared read buffer and handles every complete packet in place; only
     /// the bytes of a trailing partial packet move to the connection's own `buf`. Connections thus share one
     /// warm buffer per thread instead of allocating one per read, and an idle connection owns none.
-    fn read_and_process(&mut self, buf: &mut BytesMut, max: usize) -> Result<Option<End>, End> {
+    fn read_and_process(
+        &mut self,
+        buf: &mut BytesMut,
+        max: usize,
+        limit: usize,
+    ) -> Result<Option<End>, End> {
         READ_BUF.with(|shared| {
             let Ok(mut shared) = shared.try_borrow_mut() else {
                 // Not reachable (nothing awaits while it is borrowed); fall back to the connection's own.
-                return self.read_own_and_process(buf, max);
+                return self.read_own_and_process(buf, max, limit);
             };
             shared.clear();
             // Reclaims the whole allocation once the previous read's payloads are dropped, which they are
             // by the time its packets are handled.
             shared.reserve(SHARED_READ_BYTES);
-            if !read_outcome(self.stream.try_read_buf(&mut *shared))? {
+            if !read_outcome(self.stream.try_read_buf(&mut (&mut *shared).limit(limit)))? {
                 return Ok(None);
             }
             let end = self.process(&mut shared, max);
@@ -291,9 +301,14 @@ impl Conn<'_> {
     }
 
     /// Reads into the connection's own `buf` and handles every complete packet in it.
-    fn read_own_and_process(&mut self, buf: &mut BytesMut, max: usize) -> Result<Option<End>, End> {
+    fn read_own_and_process(
+        &mut self,
+        buf: &mut BytesMut,
+        max: usize,
+        limit: usize,
+    ) -> Result<Option<End>, End> {
         buf.reserve(READ_CHUNK);
-        if !read_outcome(self.stream.try_read_buf(buf))? {
+        if !read_outcome(self.stream.try_read_buf(&mut (&mut *buf).limit(limit)))? {
             return Ok(None);
         }
         Ok(self.process(buf, max))
