@@ -29,7 +29,7 @@ const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 /// Longest a checkpoint seals heads before the processor goes back to applying records: when many heads are
 /// due at once (a small disk budget, many series), sealing them all took seconds, during which nothing was
 /// applied and the disk budget's grants dried up. What is left is sealed by the next checkpoints, which then
-/// come every SEAL_BUDGET instead of every CHECKPOINT_INTERVAL, unless the heads pin more than twice
+/// come every SEAL_BUDGET and 256 records instead of every CHECKPOINT_INTERVAL, unless the heads pin more than twice
 /// `head_log_bytes_max` of the log: then they are all sealed at once, so the log stays within its budget.
 const SEAL_BUDGET: Duration = Duration::from_millis(250);
 /// How long the processor sleeps waiting for new records before doing housekeeping anyway.
@@ -92,10 +92,12 @@ impl Processor {
         // Whether the last checkpoint left due heads unsealed (see SEAL_BUDGET).
         let mut seal_pending = false;
         loop {
-            let interval = if seal_pending {
-                SEAL_BUDGET
+            // While due heads wait, checkpoints come every SEAL_BUDGET and after fewer records, so that sealing
+            // gets most of the processor in slices rather than all of it at once.
+            let (interval, records_between) = if seal_pending {
+                (SEAL_BUDGET, 256)
             } else {
-                CHECKPOINT_INTERVAL
+                (CHECKPOINT_INTERVAL, 4096)
             };
             let mut applied = 0u64;
             // Wall-clock time for alarm rules, read once per 256 records rather than per record.
@@ -119,7 +121,8 @@ impl Processor {
                 offset = entry.next_offset;
                 progress.applied.store(offset, Ordering::Release);
                 applied += 1;
-                if applied.is_multiple_of(4096) && last_checkpoint.elapsed() >= interval {
+                if applied.is_multiple_of(records_between) && last_checkpoint.elapsed() >= interval
+                {
                     break;
                 }
             }
