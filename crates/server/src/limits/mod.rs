@@ -168,21 +168,35 @@ struct Table<K, V> {
     shards: Box<[Mutex<Shard<K, V>>]>,
     hasher: RandomState,
     idle_ns: u64,
+    /// Most entries a shard holds; a new key beyond it (after a sweep) is not recorded.
+    shard_entries_max: usize,
 }
 
 struct Shard<K, V> {
     entries: HashMap<K, (V, u64)>,
     sweep_at: usize,
+    /// When a full shard was last swept: at most once per FULL_SWEEP_INTERVAL_NS, so that new keys arriving
+    /// at a full shard do not each cost a scan of it.
+    full_swept_ns: u64,
 }
+
+const FULL_SWEEP_INTERVAL_NS: u64 = 1_000_000_000;
 
 impl<K: Hash + Eq + Copy, V> Table<K, V> {
     fn new(idle_ns: u64) -> Table<K, V> {
+        Table::capped(idle_ns, usize::MAX)
+    }
+
+    /// A table of at most `entries_max` entries (over all shards).
+    fn capped(idle_ns: u64, entries_max: usize) -> Table<K, V> {
         Table {
+            shard_entries_max: (entries_max / SHARDS).max(1),
             shards: (0..SHARDS)
                 .map(|_| {
                     Mutex::new(Shard {
                         entries: HashMap::new(),
                         sweep_at: SWEEP_MIN,
+                        full_swept_ns: 0,
                     })
                 })
                 .collect(),
@@ -196,25 +210,37 @@ impl<K: Hash + Eq + Copy, V> Table<K, V> {
         &self.shards[hash % SHARDS]
     }
 
-    /// Runs `f` on the entry of `key`, created by `make` if absent, and marks it used at `now_ns`.
+    /// Runs `f` on the entry of `key`, created by `make` if absent, and marks it used at `now_ns`. None when
+    /// the key is new and its shard is full (only for a capped table).
     fn with<R>(
         &self,
         key: K,
         now_ns: u64,
         make: impl FnOnce() -> V,
         f: impl FnOnce(&mut V) -> R,
-    ) -> R {
+    ) -> Option<R> {
         let mut shard = self.shard(&key).lock();
-        if !shard.entries.contains_key(&key) && shard.entries.len() >= shard.sweep_at {
-            let idle_ns = self.idle_ns;
-            shard
-                .entries
-                .retain(|_, (_, used)| now_ns.saturating_sub(*used) < idle_ns);
-            shard.sweep_at = (shard.entries.len() * 2).max(SWEEP_MIN);
+        if !shard.entries.contains_key(&key) {
+            let full = shard.entries.len() >= self.shard_entries_max;
+            if shard.entries.len() >= shard.sweep_at
+                || full && now_ns.saturating_sub(shard.full_swept_ns) >= FULL_SWEEP_INTERVAL_NS
+            {
+                let idle_ns = self.idle_ns;
+                shard
+                    .entries
+                    .retain(|_, (_, used)| now_ns.saturating_sub(*used) < idle_ns);
+                shard.sweep_at = (shard.entries.len() * 2).max(SWEEP_MIN);
+                if full {
+                    shard.full_swept_ns = now_ns;
+                }
+            }
+            if shard.entries.len() >= self.shard_entries_max {
+                return None;
+            }
         }
         let (value, used) = shard.entries.entry(key).or_insert_with(|| (make(), now_ns));
         *used = now_ns;
-        f(value)
+        Some(f(value))
     }
 
     /// Runs `f` on the entry of `key` if there is one, without creating or touching it.
@@ -248,12 +274,14 @@ impl LevelTable {
         let Some(table) = &self.table else {
             return true;
         };
-        table.with(
-            id,
-            now_ns,
-            || LevelBuckets::new(&self.specs, now_ns),
-            |buckets| buckets.try_take(&self.specs, data_points, now_ns),
-        )
+        table
+            .with(
+                id,
+                now_ns,
+                || LevelBuckets::new(&self.specs, now_ns),
+                |buckets| buckets.try_take(&self.specs, data_points, now_ns),
+            )
+            .unwrap_or(true) // not capped: always Some
     }
 }
 
@@ -409,12 +437,14 @@ impl RestLimits {
         let take = |limit: &Option<(RateSpec, Table<Uuid, Buckets>)>, id: Option<Uuid>| match (
             limit, id,
         ) {
-            (Some((spec, table)), Some(id)) => table.with(
-                id,
-                now_ns,
-                || spec.buckets(now_ns),
-                |buckets| buckets.try_take(spec, 1, now_ns),
-            ),
+            (Some((spec, table)), Some(id)) => table
+                .with(
+                    id,
+                    now_ns,
+                    || spec.buckets(now_ns),
+                    |buckets| buckets.try_take(spec, 1, now_ns),
+                )
+                .unwrap_or(true), // not capped: always Some
             _ => true,
         };
         if !take(&self.tenant, tenant) {
@@ -448,6 +478,9 @@ struct AddressFailures {
 /// How long an address's failure count is kept without new failures: ThingsBoard keeps it for its
 /// session inactivity timeout (600 s) or the block, whichever is longer.
 const FAILURES_KEPT_NS: u64 = 600_000_000_000;
+/// Most addresses with failures remembered at once (about 100 bytes each): an attacker rotating through more
+/// source addresses than this (an IPv6 prefix) is not tracked beyond it rather than growing the table.
+const FAILED_ADDRESSES_MAX: usize = 1 << 20;
 
 impl FailedAuthLimit {
     pub fn new(config: &RateLimitsConfig) -> FailedAuthLimit {
@@ -456,7 +489,7 @@ impl FailedAuthLimit {
             enabled: config.failed_auth_limit_enabled,
             failures_max: config.failed_auth_per_ip_max.max(1),
             block_ns,
-            table: Table::new(block_ns.max(FAILURES_KEPT_NS)),
+            table: Table::capped(block_ns.max(FAILURES_KEPT_NS), FAILED_ADDRESSES_MAX),
         }
     }
 
@@ -485,22 +518,24 @@ impl FailedAuthLimit {
             return false;
         }
         let failures_max = self.failures_max;
-        self.table.with(
-            address,
-            now_ns,
-            || AddressFailures {
-                count: 0,
-                blocked_at_ns: None,
-            },
-            |failures| {
-                failures.count = failures.count.saturating_add(1);
-                if failures.count >= failures_max && failures.blocked_at_ns.is_none() {
-                    failures.blocked_at_ns = Some(now_ns);
-                    return true;
-                }
-                false
-            },
-        )
+        self.table
+            .with(
+                address,
+                now_ns,
+                || AddressFailures {
+                    count: 0,
+                    blocked_at_ns: None,
+                },
+                |failures| {
+                    failures.count = failures.count.saturating_add(1);
+                    if failures.count >= failures_max && failures.blocked_at_ns.is_none() {
+                        failures.blocked_at_ns = Some(now_ns);
+                        return true;
+                    }
+                    false
+                },
+            )
+            .unwrap_or(false)
     }
 
     /// Records a successful authentication: the address's failures are forgotten.
@@ -705,5 +740,26 @@ mod tests {
         l.succeeded(a);
         assert!(l.allows(a, 62 * S));
         assert!(!l.failed(a, 62 * S));
+    }
+
+    #[test]
+    fn a_capped_table_stops_recording_new_keys_until_old_ones_expire() {
+        let table: Table<u32, u32> = Table::capped(10, SHARDS * 2);
+        let mut recorded = 0;
+        for key in 0..10_000u32 {
+            recorded += usize::from(table.with(key, 0, || 0, |v| *v += 1).is_some());
+        }
+        assert!(
+            recorded <= SHARDS * 2,
+            "{recorded} entries in a table capped at {}",
+            SHARDS * 2
+        );
+        assert_eq!(table.len(), recorded);
+        // A known key is always served; once the old entries are idle, new keys fit again.
+        let known = (0..10_000u32)
+            .find(|k| table.peek(k, |_, _| ()).is_some())
+            .unwrap();
+        assert!(table.with(known, 5, || 0, |v| *v).is_some());
+        assert!((20_000..30_000u32).any(|k| table.with(k, 2 * S, || 0, |_| ()).is_some()));
     }
 }
