@@ -32,11 +32,8 @@ fn config(dir: &Path) -> LogConfig {
 }
 
 fn frame(payload: &[u8]) -> Vec<u8> {
-    let len = (payload.len() as u32).to_le_bytes();
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&len), payload);
-    let mut out = len.to_vec();
-    out.extend_from_slice(&crc.to_le_bytes());
-    out.extend_from_slice(payload);
+    let mut out = Vec::new();
+    fleetwire_log::frame::encode_into(&mut out, payload, fleetwire_log::frame::checksum(payload));
     out
 }
 

@@ -233,12 +233,19 @@ class FleetwireServer:
         return resp.json()
 
     def all_points(self, device_id: str, key: str, start_ts: int, end_ts: int, limit: int = 100_000) -> dict[int, Any]:
-        """Every stored point of one key in [start_ts, end_ts) as {ts: strictly typed value}."""
-        body = self.get_timeseries(device_id, key, startTs=start_ts, endTs=end_ts, agg="NONE", limit=limit,
-                                   orderBy="ASC", useStrictDataTypes=True)
-        points = body.get(key, [])
-        result = {p["ts"]: p["value"] for p in points}
-        assert len(result) == len(points), f"duplicate timestamps returned for {key}"
+        """Every stored point of one key in [start_ts, end_ts) as {ts: strictly typed value}, in pages of `limit`
+        points (the server answers at most `tsdb.query_points_max` per query)."""
+        result: dict[int, Any] = {}
+        while start_ts < end_ts:
+            body = self.get_timeseries(device_id, key, startTs=start_ts, endTs=end_ts, agg="NONE", limit=limit,
+                                       orderBy="ASC", useStrictDataTypes=True)
+            points = body.get(key, [])
+            for p in points:
+                assert p["ts"] not in result, f"duplicate timestamp {p['ts']} returned for {key}"
+                result[p["ts"]] = p["value"]
+            if len(points) < limit:
+                break
+            start_ts = points[-1]["ts"] + 1
         return result
 
     def client_attributes(self, device_id: str) -> dict[str, Any]:

@@ -88,6 +88,7 @@ def _acknowledged(info) -> bool:
 
 
 @pytest.mark.crash
+@pytest.mark.timeout(120 + CYCLES * 20)  # each cycle takes a few seconds; the file's default is 180 s in all
 def test_acknowledged_points_survive_kill_9(fresh_server: FleetwireServer):
     server = fresh_server
     rng = random.Random()
