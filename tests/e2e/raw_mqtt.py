@@ -181,8 +181,9 @@ class Closed(Exception):
 class RawClient:
     """A blocking socket speaking whole MQTT packets; every read has a deadline so a test can never hang."""
 
-    def __init__(self, host: str, port: int, timeout_s: float = 5.0):
-        self.sock = socket.create_connection((host, port), timeout=timeout_s)
+    def __init__(self, host: str, port: int, timeout_s: float = 5.0, source: str | None = None):
+        self.sock = socket.create_connection((host, port), timeout=timeout_s,
+                                             source_address=(source, 0) if source else None)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.timeout_s = timeout_s
         self._buf = b""

@@ -242,10 +242,7 @@ def test_failed_authentications_block_the_address_and_only_it(tmp_path):
         device = server.create_device()
 
         def attempt(source: str, token: str) -> int:
-            sock = socket.create_connection((server.host, server.mqtt_port), timeout=10, source_address=(source, 0))
-            client = RawClient.__new__(RawClient)
-            client.sock, client.timeout_s, client._buf = sock, 10, b""
-            with client:
+            with RawClient(server.host, server.mqtt_port, timeout_s=10, source=source) as client:
                 return client.connect(MQTT5, token, client_id=unique("auth"))
 
         for _ in range(5):

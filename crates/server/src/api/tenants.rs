@@ -21,8 +21,8 @@ use uuid::Uuid;
 use super::auth::{user_json, CurrentUser};
 use super::blocking;
 use super::error::ApiError;
-use super::extract::{parse_uuid, IdPath, JsonBody, Query};
-use super::json::entity_id;
+use super::extract::{IdPath, JsonBody, Query};
+use super::json::{entity_id, uuid_of, IdIn};
 use super::page::{page_json, PageParams};
 use crate::AppState;
 
@@ -68,11 +68,6 @@ fn not_found(id: Uuid) -> ApiError {
 }
 
 #[derive(Debug, Deserialize)]
-struct IdIn {
-    id: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
 struct TenantIn {
     id: Option<IdIn>,
     title: Option<String>,
@@ -88,10 +83,7 @@ async fn save_tenant(
         .title
         .filter(|t| !t.trim().is_empty())
         .ok_or_else(|| ApiError::bad_request("Tenant title should be specified!"))?;
-    let id = match body.id.and_then(|id| id.id) {
-        Some(text) => Some(parse_uuid(&text)?),
-        None => None,
-    };
+    let id = uuid_of(&body.id);
     let tenant = blocking(&state, move |e| {
         Ok(match id {
             Some(id) => e.rename_tenant(id, &title)?,
