@@ -248,6 +248,18 @@ class FleetwireServer:
             start_ts = points[-1]["ts"] + 1
         return result
 
+    def metric(self, name: str, labels: str = "", default: float | None = None) -> float:
+        """One sample of /metrics by name and exact label set (`transport="mqtt",reason="timeout"`); `default` when
+        it is absent (a labelled counter appears once first counted), else an AssertionError."""
+        prefix = f"{name}{{{labels}}} " if labels else f"{name} "
+        text = requests.get(f"{self.base_url}/metrics", timeout=10).text
+        for line in text.splitlines():
+            if line.startswith(prefix):
+                return float(line.split()[1])
+        if default is None:
+            raise AssertionError(f"{prefix.strip()} not in /metrics")
+        return default
+
     def client_attributes(self, device_id: str) -> dict[str, Any]:
         path = f"/api/plugins/telemetry/DEVICE/{device_id}/values/attributes/CLIENT_SCOPE"
         resp = self.rest("GET", path)

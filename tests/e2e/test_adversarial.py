@@ -42,15 +42,6 @@ KEEP_ALIVE_TIMEOUT = 0x8D
 PINGREQ = bytes([0xC0, 0x00])
 
 
-def metric(server: FleetwireServer, name: str, labels: str) -> float:
-    """One sample of /metrics by name and exact label set (`transport="mqtt",reason="timeout"`)."""
-    text = requests.get(f"{server.base_url}/metrics", timeout=10).text
-    for line in text.splitlines():
-        if line.startswith(f"{name}{{{labels}}} "):
-            return float(line.split()[1])
-    return 0.0
-
-
 def closed_at(sock: socket.socket, deadline: float) -> float | None:
     """When the server closed `sock` (EOF or reset; anything it sent first is read and dropped), or None if it is
     still open at `deadline`."""
@@ -74,7 +65,7 @@ def closed_at(sock: socket.socket, deadline: float) -> float | None:
 def test_connections_that_never_complete_connect_are_closed_after_the_connect_timeout(server, watchdog):
     """50 sockets that send nothing and one that trickles a CONNECT a byte a second: all closed at 10 s."""
     device = server.create_device()
-    before = metric(server, "fleetwire_refused_total", 'transport="mqtt",reason="timeout"')
+    before = server.metric("fleetwire_refused_total", 'transport="mqtt",reason="timeout"', default=0.0)
     started = time.monotonic()
     silent = [socket.create_connection((server.host, server.mqtt_port), timeout=5) for _ in range(50)]
     slow = socket.create_connection((server.host, server.mqtt_port), timeout=5)
@@ -97,7 +88,7 @@ def test_connections_that_never_complete_connect_are_closed_after_the_connect_ti
         assert at is not None and at - started >= 9.0, "a silent socket was closed early or not at all"
         sock.close()
     slow.close()
-    assert metric(server, "fleetwire_refused_total", 'transport="mqtt",reason="timeout"') >= before + 51
+    assert server.metric("fleetwire_refused_total", 'transport="mqtt",reason="timeout"', default=0.0) >= before + 51
     assert_unharmed(server, watchdog)
 
 

@@ -26,15 +26,6 @@ MIB = 1024 * 1024
 BUDGET = 8 * MIB
 
 
-def metric(server: FleetwireServer, name: str) -> float:
-    """One unlabelled sample of /metrics."""
-    text = requests.get(f"{server.base_url}/metrics", timeout=10).text
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{name} not in /metrics")
-
-
 def directory_bytes(path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*.seg"))
 
@@ -89,7 +80,7 @@ def test_the_disk_budget_holds_devices_back_and_loses_nothing(tmp_path):
         assert log.count("disk budget reached") == 1, "one warning per minute, not one per pause"
         # The budget is sampled every 100 ms and segments are freed at the processors' checkpoints, once a second:
         # the log may overshoot by a couple of seconds of ingest, but not grow with the run.
-        ingest_bytes_per_s = metric(server, "fleetwire_log_append_bytes_total") / report["measured"]["seconds"]
+        ingest_bytes_per_s = server.metric("fleetwire_log_append_bytes_total") / report["measured"]["seconds"]
         assert max(log_bytes) < BUDGET + 3 * ingest_bytes_per_s, (
             f"log grew to {max(log_bytes)} bytes (ingest {ingest_bytes_per_s:.0f} bytes/s)")
         # Once the load stops, the lag drains and the log shrinks back under the budget.

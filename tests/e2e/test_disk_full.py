@@ -9,12 +9,15 @@ Two ways to run out:
   behind the log keep room to apply what was acknowledged;
 - no reserve: a log write itself finds the disk full. The batch it could not write is held (its PUBACK waits) and
   lands once space returns; appends meanwhile are refused.
+- the time-series store's own file system fills: its engine refuses writes, the log keeps acknowledging and keeping
+  them, and once space returns the store is reopened and the log replayed into it, without a restart.
 
 Mounting a tmpfs needs root, which CI has; elsewhere the tests skip (and fail under CI=true rather than skip).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -199,15 +202,95 @@ def test_a_log_write_that_finds_the_disk_full_is_held_and_lands_when_space_retur
         a.close()
         assert "ingest log poisoned" not in server.log_text()
 
-        # Without a reserve the time-series store may have met the full disk as well; its storage engine
-        # (fjall) then refuses writes until a restart. Either way the log kept every acknowledged point, and
-        # after a restart all of them are there, each once.
+        # Without a reserve the time-series store may have met the full disk as well; it is then reopened once
+        # space is back and the log replayed into it. Either way every acknowledged point is there without a
+        # restart, and after one, each once.
+        def all_there() -> None:
+            assert stored_seqs(server, dev_a.id) == set(range(12))
+            assert stored_seqs(server, dev_b.id) == {1}
+        eventually(all_there, timeout_s=30)
         server.stop()
         server.start()
         assert stored_seqs(server, dev_a.id) == set(range(12))
         assert stored_seqs(server, dev_b.id) == {1}
     finally:
         server.stop()
+
+
+def test_the_time_series_store_meets_a_full_disk_and_resumes_without_a_restart(tmp_path):
+    """The time-series store has a file system of its own (an operator's separate volume), and only that one fills.
+    Its engine (fjall) poisons itself on the failed write; the ingest log still takes and acknowledges writes, and
+    keeps them. Once space returns the store is reopened in process and the log replayed into it: every acknowledged
+    point is queryable again, without a restart, and after one too."""
+    data = tmp_path / "data"
+    with tmpfs(data, 256 * MIB), tmpfs(data / "tsdb", 64 * MIB) as tsdb_dir:
+        server = start(tmp_path, reserve_bytes=8 * MIB)
+        try:
+            dev = server.create_device()
+            device = PahoDevice(server.host, server.mqtt_port, dev.token, "5")
+            device.connect()
+            acked: set[int] = set()
+            new_keys: dict[str, int] = {}
+
+            def send(seq: int, new_key: bool = False) -> None:
+                values = {"seq": seq}
+                if new_key:
+                    # A new series: its record is written to the store at once (long names, so that a few of
+                    # them need more than the journal page the filler left).
+                    key = f"k{seq}_" + "x" * 200
+                    values[key] = seq
+                    new_keys[key] = seq
+                body = json.dumps({"ts": 1_700_000_000_000 + seq, "values": values})
+                device.publish_ok(TELEMETRY, body)
+                acked.add(seq)
+
+            for seq in range(20):
+                send(seq)
+            eventually(lambda: _assert_eq(stored_seqs(server, dev.id), acked), timeout_s=10)
+            assert server.metric("fleetwire_tsdb_refusing_writes") == 0
+
+            filler = fill(tsdb_dir, leave_bytes=0)
+            for seq in range(20, 60):
+                send(seq, new_key=True)
+            eventually(lambda: _assert_eq(server.metric("fleetwire_tsdb_refusing_writes"), 1), timeout_s=10)
+            ready = requests.get(f"{server.base_url}/readyz", timeout=5)
+            assert ready.status_code == 503 and "time-series store" in ready.text, ready.text
+            # Still acknowledged meanwhile: the log has room and keeps them.
+            for seq in range(60, 80):
+                send(seq)
+            assert requests.get(f"{server.base_url}/healthz", timeout=5).status_code == 200
+
+            filler.unlink()
+            eventually(lambda: _assert_eq(server.metric("fleetwire_tsdb_refusing_writes"), 0), timeout_s=20)
+            assert server.metric("fleetwire_tsdb_reopens_total") == 1
+            eventually(lambda: _assert_eq(requests.get(f"{server.base_url}/readyz", timeout=5).status_code, 200),
+                       timeout_s=20)
+            for seq in range(80, 100):
+                send(seq, new_key=seq % 2 == 0)
+            device.close()
+
+            def all_there() -> None:
+                assert stored_seqs(server, dev.id) == acked
+                latest = server.get_timeseries(dev.id, list(new_keys), useStrictDataTypes=True)
+                assert {key: points[0]["value"] for key, points in latest.items()} == new_keys
+            eventually(all_there, timeout_s=20)
+            log = server.log_text()
+            assert "tsdb write failed" in log and "time-series store reopened" in log
+            # One device, so one partition: one error line when its records start being refused, not one per
+            # record, and no checkpoint warning every second.
+            assert log.count("cannot apply a log record") <= 1, log
+            assert log.count("checkpoint failed") <= 1, log
+
+            # And everything is durable: after a restart the same points are there, each once.
+            server.stop()
+            server.start()
+            all_there()
+        finally:
+            server.stop()
+
+
+def _assert_eq(got, expected) -> None:
+    assert got == expected, f"{got!r} != {expected!r}"
 
 
 def _assert_in(needle: str, text: str) -> None:

@@ -33,7 +33,10 @@
 //! to `min_unsealed_source(p)` (or to its end when `None`).
 //!
 //! Time is always passed in (`seal_older_than(now_ms, ..)`); the crate never reads the clock.
-//! After a failed write or fsync the store is poisoned and refuses writes.
+//! After a failed write or fsync the store is poisoned and refuses writes. After a failed write
+//! (a full disk) [`Tsdb::reopen`] recovers it in process: it reopens the storage engine from its
+//! files, and the caller then replays its ingest log from its last checkpoint, as after a crash
+//! ([`Tsdb::generation`] tells it when). After a failed fsync only a restart does.
 
 mod aggregate;
 mod chunk;
@@ -56,5 +59,5 @@ pub use head::Source;
 pub use latest::Latest;
 pub use query::{Order, Query};
 pub use series::SeriesId;
-pub use store::ChunkStats;
+pub use store::{ChunkStats, WriteState};
 pub use tsdb::{HeadStats, Tsdb, TsdbConfig};

@@ -11,15 +11,21 @@
 //! Invariants, relied on by queries: a chunk never spans two months, and the chunks of one
 //! series never overlap in time. Sealing keeps them by splitting points at month boundaries
 //! and by merging new points into any stored chunk whose range they fall in.
+//!
+//! After a failed write fjall poisons itself and refuses every later write. The fjall handles
+//! therefore live in an [`Engine`] behind a lock, so that [`Store::reopen`] can close the
+//! poisoned instance and recover a new one from the files (fjall cuts a torn journal tail off)
+//! while the process keeps running. What the old instance had not written to its journal is
+//! lost from the store by then; the caller replays it from its ingest log.
 
 use std::collections::BTreeMap;
 use std::ops::{Bound, ControlFlow};
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use fleetwire_model::Value;
-use parking_lot::RwLock;
+use parking_lot::{MappedRwLockReadGuard, RwLock, RwLockReadGuard};
 
 use crate::chunk::{self, Header};
 use crate::error::{Error, Result};
@@ -56,14 +62,44 @@ struct Found {
     blob: fjall::Slice,
 }
 
+/// Whether the store takes writes, as [`crate::Tsdb::write_state`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteState {
+    Writable,
+    /// A write failed (a full disk, an I/O error): writes are refused until
+    /// [`crate::Tsdb::reopen`] succeeds.
+    RefusedUntilReopen,
+    /// An fsync failed: writes are refused until the process restarts.
+    RefusedUntilRestart,
+}
+
+/// The store accepts writes.
+const WRITABLE: u8 = 0;
+/// A write failed: writes are refused until [`Store::reopen`] succeeds.
+const POISONED: u8 = 1;
+/// An fsync failed: writes are refused until the process restarts. After a failed fsync the
+/// kernel may have dropped the dirty pages while the files still read back as written, so a
+/// reopen could take for durable what never reached the disk.
+const POISONED_FSYNC: u8 = 2;
+
 pub(crate) struct Store {
+    dir: PathBuf,
+    /// `None` only after a reopen that failed (the next one tries again).
+    engine: RwLock<Option<Engine>>,
+    chunk_points_max: usize,
+    /// WRITABLE, POISONED or POISONED_FSYNC.
+    state: AtomicU8,
+    /// Successful reopens so far.
+    generation: AtomicU64,
+}
+
+/// One open fjall instance and its keyspaces.
+struct Engine {
     db: Database,
     series: Keyspace,
     latest: Keyspace,
     months: RwLock<BTreeMap<i64, Keyspace>>,
     chunk_points_max: usize,
-    /// Set after a failed write: the store then refuses writes (see `Error::Poisoned`).
-    poisoned: AtomicBool,
 }
 
 fn chunk_keyspace_options() -> KeyspaceCreateOptions {
@@ -74,6 +110,176 @@ fn chunk_keyspace_options() -> KeyspaceCreateOptions {
 
 impl Store {
     pub(crate) fn open(dir: &Path, chunk_points_max: usize) -> Result<Store> {
+        Ok(Store {
+            dir: dir.to_path_buf(),
+            engine: RwLock::new(Some(Engine::open(dir, chunk_points_max)?)),
+            chunk_points_max,
+            state: AtomicU8::new(WRITABLE),
+            generation: AtomicU64::new(0),
+        })
+    }
+
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        if self.state.load(Ordering::Acquire) == WRITABLE {
+            Ok(())
+        } else {
+            Err(Error::Poisoned)
+        }
+    }
+
+    pub(crate) fn write_state(&self) -> WriteState {
+        match self.state.load(Ordering::Acquire) {
+            WRITABLE => WriteState::Writable,
+            POISONED => WriteState::RefusedUntilReopen,
+            _ => WriteState::RefusedUntilRestart,
+        }
+    }
+
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The open engine, shared with other readers and writers; [`Store::reopen`] waits for them.
+    fn engine(&self) -> Result<MappedRwLockReadGuard<'_, Engine>> {
+        RwLockReadGuard::try_map(self.engine.read(), Option::as_ref).map_err(|_| Error::Poisoned)
+    }
+
+    /// Passes a result through, poisoning the store if the storage engine failed.
+    fn guard<T>(&self, result: Result<T>) -> Result<T> {
+        if let Err(Error::Store(e)) = &result {
+            tracing::error!(error = %e, "tsdb write failed; refusing further writes");
+            // An fsync failure is never downgraded to a recoverable one.
+            let _ = self.state.compare_exchange(
+                WRITABLE,
+                POISONED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
+        result
+    }
+
+    /// Closes the poisoned fjall instance and opens the files again, then rewrites `series` (the
+    /// caller's whole series index: records the old instance had not written to its journal are
+    /// lost with it). Everything else it had not written is lost too; the caller replays it.
+    /// Does nothing when the store is writable; refuses after a failed fsync.
+    pub(crate) fn reopen(&self, series: &[(SeriesId, u128, &str)]) -> Result<()> {
+        let mut slot = self.engine.write();
+        match self.state.load(Ordering::Acquire) {
+            WRITABLE => return Ok(()),
+            POISONED => {}
+            _ => return Err(Error::Poisoned),
+        }
+        // fjall holds a lock file: the old instance must be gone (its workers joined) first.
+        drop(slot.take());
+        let engine = Engine::open(&self.dir, self.chunk_points_max)?;
+        let mut batch = engine.batch();
+        for &(id, entity, key) in series {
+            batch.insert(
+                &engine.series,
+                id.to_key(),
+                series::encode_record(entity, key),
+            );
+        }
+        batch.commit()?;
+        *slot = Some(engine);
+        self.state.store(WRITABLE, Ordering::Release);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    pub(crate) fn load_series(&self) -> Result<Vec<(SeriesId, u128, String)>> {
+        self.engine()?.load_series()
+    }
+
+    pub(crate) fn insert_series(&self, id: SeriesId, entity: u128, key: &str) -> Result<()> {
+        self.check_writable()?;
+        let r = self.engine().and_then(|e| {
+            e.series
+                .insert(id.to_key(), series::encode_record(entity, key))
+                .map_err(Error::from)
+        });
+        self.guard(r)
+    }
+
+    pub(crate) fn load_latest(&self) -> Result<Vec<(SeriesId, i64, Value)>> {
+        self.engine()?.load_latest()
+    }
+
+    /// Writes latest values in one batch, then fsyncs the journal: everything written to the
+    /// store before this call (chunks, series, these latest values) is durable when it returns.
+    pub(crate) fn write_latest_and_sync(&self, latest: Vec<(SeriesId, Vec<u8>)>) -> Result<()> {
+        self.check_writable()?;
+        let engine = self.engine()?;
+        if !latest.is_empty() {
+            let mut batch = engine.batch();
+            for (id, value) in latest {
+                batch.insert(&engine.latest, id.to_key(), value);
+            }
+            self.guard(batch.commit().map_err(Error::from))?;
+        }
+        // Every write flushes fjall's journal buffer (`Engine::batch`, and fjall's own single
+        // writes), so what fails here is the fsync itself.
+        if let Err(e) = engine.db.persist(PersistMode::SyncAll) {
+            tracing::error!(error = %e, "tsdb fsync failed; refusing writes until a restart");
+            self.state.store(POISONED_FSYNC, Ordering::Release);
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// Writes a series' points (sorted, non-empty) as chunks, merging with stored chunks.
+    pub(crate) fn write_points(&self, id: SeriesId, points: &Points) -> Result<()> {
+        self.check_writable()?;
+        let r = self.engine().and_then(|e| e.write_points(id, points));
+        self.guard(r)
+    }
+
+    /// Deletes the stored points of `id` with `start <= ts < end`: chunks wholly inside go, chunks that
+    /// overlap are rewritten with the points outside. Not synced: the next `write_latest_and_sync` makes
+    /// it durable, like any chunk write. Returns how many points it deleted.
+    pub(crate) fn delete_range(&self, id: SeriesId, start: i64, end: i64) -> Result<usize> {
+        self.check_writable()?;
+        let r = self.engine().and_then(|e| e.delete_range(id, start, end));
+        self.guard(r)
+    }
+
+    /// Forgets the stored latest value of `id` (not synced, as `delete_range`).
+    pub(crate) fn remove_latest(&self, id: SeriesId) -> Result<()> {
+        self.check_writable()?;
+        let r = self
+            .engine()
+            .and_then(|e| e.latest.remove(id.to_key()).map_err(Error::from));
+        self.guard(r)
+    }
+
+    /// Calls `f` with every stored chunk of `id` overlapping `[start, end)`, in `order`; the
+    /// chunks are whole (the caller clips them). Stops when `f` breaks.
+    pub(crate) fn scan(
+        &self,
+        id: SeriesId,
+        start: i64,
+        end: i64,
+        order: Order,
+        f: &mut dyn FnMut(&Points) -> ControlFlow<()>,
+    ) -> Result<ControlFlow<()>> {
+        self.engine()?.scan(id, start, end, order, f)
+    }
+
+    pub(crate) fn chunk_stats(&self) -> Result<ChunkStats> {
+        self.engine()?.chunk_stats()
+    }
+
+    /// Drops every month keyspace that ends at or before `cutoff_ms`; returns how many.
+    pub(crate) fn drop_months_before(&self, cutoff_ms: i64) -> Result<usize> {
+        self.check_writable()?;
+        let r = self.engine().and_then(|e| e.drop_months_before(cutoff_ms));
+        self.guard(r)
+    }
+}
+
+impl Engine {
+    fn open(dir: &Path, chunk_points_max: usize) -> Result<Engine> {
         let db = Database::builder(dir)
             .journal_compression(fjall::CompressionType::None)
             .open()?;
@@ -85,34 +291,22 @@ impl Store {
                 months.insert(month, db.keyspace(&name, chunk_keyspace_options)?);
             }
         }
-        Ok(Store {
+        Ok(Engine {
             db,
             series,
             latest,
             months: RwLock::new(months),
             chunk_points_max,
-            poisoned: AtomicBool::new(false),
         })
     }
 
-    pub(crate) fn check_writable(&self) -> Result<()> {
-        if self.poisoned.load(Ordering::Acquire) {
-            Err(Error::Poisoned)
-        } else {
-            Ok(())
-        }
+    /// A write batch that reaches the journal file (not only fjall's buffer) when committed, so
+    /// that a full disk fails the write that caused it rather than the next fsync.
+    fn batch(&self) -> fjall::OwnedWriteBatch {
+        self.db.batch().durability(Some(PersistMode::Buffer))
     }
 
-    /// Passes a result through, poisoning the store if the storage engine failed.
-    fn guard<T>(&self, result: Result<T>) -> Result<T> {
-        if let Err(Error::Store(e)) = &result {
-            tracing::error!(error = %e, "tsdb write failed; refusing further writes");
-            self.poisoned.store(true, Ordering::Release);
-        }
-        result
-    }
-
-    pub(crate) fn load_series(&self) -> Result<Vec<(SeriesId, u128, String)>> {
+    fn load_series(&self) -> Result<Vec<(SeriesId, u128, String)>> {
         let mut out = Vec::new();
         for guard in self.series.iter() {
             let (key, value) = guard.into_inner()?;
@@ -125,15 +319,7 @@ impl Store {
         Ok(out)
     }
 
-    pub(crate) fn insert_series(&self, id: SeriesId, entity: u128, key: &str) -> Result<()> {
-        self.check_writable()?;
-        let r = self
-            .series
-            .insert(id.to_key(), series::encode_record(entity, key));
-        self.guard(r.map_err(Error::from))
-    }
-
-    pub(crate) fn load_latest(&self) -> Result<Vec<(SeriesId, i64, Value)>> {
+    fn load_latest(&self) -> Result<Vec<(SeriesId, i64, Value)>> {
         let mut out = Vec::new();
         for guard in self.latest.iter() {
             let (key, value) = guard.into_inner()?;
@@ -149,24 +335,6 @@ impl Store {
             out.push((SeriesId(u64::from_be_bytes(id)), ts, value));
         }
         Ok(out)
-    }
-
-    /// Writes latest values in one batch, then fsyncs the journal: everything written to the
-    /// store before this call (chunks, series, these latest values) is durable when it returns.
-    pub(crate) fn write_latest_and_sync(&self, latest: Vec<(SeriesId, Vec<u8>)>) -> Result<()> {
-        self.check_writable()?;
-        let r = (|| {
-            if !latest.is_empty() {
-                let mut batch = self.db.batch();
-                for (id, value) in latest {
-                    batch.insert(&self.latest, id.to_key(), value);
-                }
-                batch.commit()?;
-            }
-            self.db.persist(PersistMode::SyncAll)?;
-            Ok(())
-        })();
-        self.guard(r)
     }
 
     fn month_keyspace(&self, month: i64) -> Result<Keyspace> {
@@ -185,8 +353,7 @@ impl Store {
     }
 
     /// Writes a series' points (sorted, non-empty) as chunks, merging with stored chunks.
-    pub(crate) fn write_points(&self, id: SeriesId, points: &Points) -> Result<()> {
-        self.check_writable()?;
+    fn write_points(&self, id: SeriesId, points: &Points) -> Result<()> {
         let mut i = 0;
         while i < points.len() {
             let month = month_of(points.ts()[i]);
@@ -194,10 +361,8 @@ impl Store {
                 Some(next) => points.lower_bound(next),
                 None => points.len(),
             };
-            let r = self
-                .month_keyspace(month)
-                .and_then(|ks| self.write_month(&ks, id, &points.slice(i, j)));
-            self.guard(r)?;
+            let ks = self.month_keyspace(month)?;
+            self.write_month(&ks, id, &points.slice(i, j))?;
             i = j;
         }
         Ok(())
@@ -257,7 +422,7 @@ impl Store {
         assert!(!points.is_empty(), "replace with no points");
         let pieces = points.len().div_ceil(self.chunk_points_max.max(1));
         let piece_len = points.len().div_ceil(pieces);
-        let mut batch = self.db.batch();
+        let mut batch = self.batch();
         let mut overwritten = false;
         let mut lo = 0;
         while lo < points.len() {
@@ -328,8 +493,7 @@ impl Store {
     /// Deletes the stored points of `id` with `start <= ts < end`: chunks wholly inside go, chunks that
     /// overlap are rewritten with the points outside. Not synced: the next `write_latest_and_sync` makes
     /// it durable, like any chunk write. Returns how many points it deleted.
-    pub(crate) fn delete_range(&self, id: SeriesId, start: i64, end: i64) -> Result<usize> {
-        self.check_writable()?;
+    fn delete_range(&self, id: SeriesId, start: i64, end: i64) -> Result<usize> {
         if start >= end {
             return Ok(0);
         }
@@ -353,10 +517,7 @@ impl Store {
                 if found.header.first_ts >= start && found.header.last_ts < end {
                     // Wholly inside the range: no need to decode it.
                     deleted += found.header.point_count as usize;
-                    let r = ks
-                        .remove(chunk_key(id, found.start_ts))
-                        .map_err(Error::from);
-                    self.guard(r)?;
+                    ks.remove(chunk_key(id, found.start_ts))?;
                     continue;
                 }
                 let points = self.decode(ks, id, &found)?;
@@ -365,28 +526,19 @@ impl Store {
                     continue;
                 }
                 deleted += points.len() - kept.len();
-                let r = if kept.is_empty() {
-                    ks.remove(chunk_key(id, found.start_ts))
-                        .map_err(Error::from)
+                if kept.is_empty() {
+                    ks.remove(chunk_key(id, found.start_ts))?;
                 } else {
-                    self.replace(ks, id, Some(found.start_ts), &kept)
-                };
-                self.guard(r)?;
+                    self.replace(ks, id, Some(found.start_ts), &kept)?;
+                }
             }
         }
         Ok(deleted)
     }
 
-    /// Forgets the stored latest value of `id` (not synced, as `delete_range`).
-    pub(crate) fn remove_latest(&self, id: SeriesId) -> Result<()> {
-        self.check_writable()?;
-        let r = self.latest.remove(id.to_key()).map_err(Error::from);
-        self.guard(r)
-    }
-
     /// Calls `f` with every stored chunk of `id` overlapping `[start, end)`, in `order`; the
     /// chunks are whole (the caller clips them). Stops when `f` breaks.
-    pub(crate) fn scan(
+    fn scan(
         &self,
         id: SeriesId,
         start: i64,
@@ -428,7 +580,7 @@ impl Store {
         Ok(ControlFlow::Continue(()))
     }
 
-    pub(crate) fn chunk_stats(&self) -> Result<ChunkStats> {
+    fn chunk_stats(&self) -> Result<ChunkStats> {
         let keyspaces: Vec<Keyspace> = self.months.read().values().cloned().collect();
         let mut stats = ChunkStats::default();
         for ks in &keyspaces {
@@ -447,8 +599,7 @@ impl Store {
     }
 
     /// Drops every month keyspace that ends at or before `cutoff_ms`; returns how many.
-    pub(crate) fn drop_months_before(&self, cutoff_ms: i64) -> Result<usize> {
-        self.check_writable()?;
+    fn drop_months_before(&self, cutoff_ms: i64) -> Result<usize> {
         let mut months = self.months.write();
         let doomed: Vec<i64> = months
             .keys()
@@ -457,8 +608,7 @@ impl Store {
             .collect();
         for month in &doomed {
             if let Some(ks) = months.remove(month) {
-                let r = self.db.delete_keyspace(ks).map_err(Error::from);
-                self.guard(r)?;
+                self.db.delete_keyspace(ks)?;
             }
         }
         Ok(doomed.len())

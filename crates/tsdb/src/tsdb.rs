@@ -15,7 +15,7 @@ use crate::head::Source;
 use crate::latest::Latest;
 use crate::query::{self, Query};
 use crate::series::{SeriesId, SeriesState, Shard};
-use crate::store::{ChunkStats, Store};
+use crate::store::{ChunkStats, Store, WriteState};
 
 /// Configuration of the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -384,6 +384,53 @@ impl Tsdb {
         self.store.write_latest_and_sync(latest)?;
         self.unsynced.lock().syncing.clear();
         Ok(())
+    }
+
+    /// Whether the store takes writes; see [`Tsdb::reopen`].
+    pub fn write_state(&self) -> WriteState {
+        self.store.write_state()
+    }
+
+    /// How many times [`Tsdb::reopen`] has reopened the storage engine. Whoever applies an ingest
+    /// log to the store must, when this changes, replay the log from its last checkpoint before
+    /// it checkpoints again: the old engine may have lost writes that were not yet persisted,
+    /// and the records applied while it refused writes were not applied at all.
+    pub fn generation(&self) -> u64 {
+        self.store.generation()
+    }
+
+    /// Recovers a store that refuses writes after a failed write (typically a full disk, once
+    /// space is back): closes the storage engine and opens its files again, as a restart would,
+    /// while the in-memory series, heads and latest values stay. Rewrites the series index and
+    /// marks every latest value to be rewritten by the next [`Tsdb::persist`], since the old
+    /// engine may have lost some of either. Chunks it lost are still pinned in the ingest log:
+    /// see [`Tsdb::generation`]. Returns false when the store was writable; fails after a
+    /// failed fsync ([`WriteState::RefusedUntilRestart`]) or if the files cannot be opened (the
+    /// store then stays poisoned, and a later call tries again).
+    pub fn reopen(&self) -> Result<bool> {
+        match self.store.write_state() {
+            WriteState::Writable => return Ok(false),
+            WriteState::RefusedUntilRestart => return Err(Error::Poisoned),
+            WriteState::RefusedUntilReopen => {}
+        }
+        // While the store is poisoned no series is created (its record is written first), so this
+        // list is complete when the engine is swapped.
+        let mut series: Vec<(SeriesId, u128, Box<str>)> = Vec::new();
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock();
+            for (&entity, keys) in shard.entities.iter_mut() {
+                for (key, state) in keys.iter_mut() {
+                    series.push((state.id, entity, key.clone()));
+                    state.latest_dirty |= state.latest.is_some();
+                }
+            }
+        }
+        let records: Vec<(SeriesId, u128, &str)> = series
+            .iter()
+            .map(|(id, entity, key)| (*id, *entity, &**key))
+            .collect();
+        self.store.reopen(&records)?;
+        Ok(true)
     }
 
     /// Deletes the points of one key of `entity` with `start <= ts < end`, from the head and the stored

@@ -144,7 +144,7 @@ impl Admission {
 }
 
 /// Free bytes for unprivileged writers on the file system holding `dir`.
-fn free_bytes(dir: &std::path::Path) -> std::io::Result<u64> {
+pub(crate) fn free_bytes(dir: &std::path::Path) -> std::io::Result<u64> {
     let stat = rustix::fs::statvfs(dir)?;
     Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
 }

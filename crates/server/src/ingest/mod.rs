@@ -14,6 +14,7 @@ pub mod events;
 pub mod http;
 mod processor;
 mod progress;
+mod reopen;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -187,6 +188,8 @@ impl Ingest {
                 shutdown: shutdown.clone(),
                 head_age_max: Duration::from_secs(config.tsdb.head_age_max_s),
                 head_log_bytes_max: head_log_bytes_max(config) / u64::from(partitions),
+                quiet_below: 0,
+                first_failed: None,
             };
             let handle = std::thread::Builder::new()
                 .name(format!("processor-{partition}"))
@@ -206,6 +209,15 @@ impl Ingest {
             let handle = std::thread::Builder::new()
                 .name("disk-monitor".to_string())
                 .spawn(move || admission::monitor(admission, log, progress, data_dir, limits, stop))
+                .map_err(IngestError::Thread)?;
+            processors.push(handle);
+        }
+        {
+            let (tsdb, admission, stop) = (tsdb.clone(), admission.clone(), shutdown.clone());
+            let tsdb_dir = dir.join("tsdb");
+            let handle = std::thread::Builder::new()
+                .name("tsdb-reopen".to_string())
+                .spawn(move || reopen::run(tsdb, admission, tsdb_dir, stop))
                 .map_err(IngestError::Thread)?;
             processors.push(handle);
         }

@@ -49,14 +49,36 @@ pub(super) struct Processor {
     pub head_age_max: Duration,
     /// Most log bytes of this partition that unsealed heads may pin.
     pub head_log_bytes_max: u64,
+    /// Records below this offset had their events published before the processor started over from its
+    /// checkpoint, so replaying them does not publish them again.
+    pub quiet_below: u64,
+    /// The first record since the processor started that could not be applied (the store refused it).
+    pub first_failed: Option<u64>,
+}
+
+/// Why [`Processor::run_inner`] returned.
+enum Exit {
+    Stopped,
+    /// The time-series store was reopened after a write failure ([`Tsdb::generation`]): it may have lost
+    /// writes not yet persisted, and records applied while it refused writes were not applied, so the
+    /// processor starts over from its checkpoint.
+    StoreReopened,
 }
 
 impl Processor {
     pub fn run(mut self) {
         loop {
             match self.run_inner() {
-                Ok(()) => return,
+                Ok(Exit::Stopped) => return,
+                Ok(Exit::StoreReopened) => {
+                    tracing::info!(
+                        partition = self.partition,
+                        "the time-series store was reopened; replaying the ingest log from the checkpoint"
+                    );
+                    self.restarting();
+                }
                 Err(e) => {
+                    self.restarting();
                     // Acknowledged data stays in the log: the processor starts over from its checkpoint
                     // (applying is idempotent) rather than leave the partition unprocessed for good.
                     tracing::error!(partition = self.partition, error = %e, "processor failed; restarting it in 1 s");
@@ -69,8 +91,23 @@ impl Processor {
         }
     }
 
-    fn run_inner(&mut self) -> Result<(), super::IngestError> {
+    /// Before starting over from the checkpoint: what was applied since is published already, except from
+    /// the first record that failed on.
+    fn restarting(&mut self) {
+        let applied = self.progress[usize::from(self.partition)]
+            .applied
+            .load(Ordering::Acquire);
+        self.quiet_below = self
+            .first_failed
+            .take()
+            .unwrap_or(applied)
+            .max(self.quiet_below);
+    }
+
+    fn run_inner(&mut self) -> Result<Exit, super::IngestError> {
         let partition = self.partition;
+        // Read before the checkpoint: a reopen after this point is seen at the next loop.
+        let generation = self.tsdb.generation();
         let log_partition = u32::from(partition);
         let start = self.log.checkpoint_of(log_partition)?;
         let mut reader = self.log.reader(log_partition, start)?;
@@ -92,6 +129,9 @@ impl Processor {
         // Whether the last checkpoint left due heads unsealed (see SEAL_BUDGET).
         let mut seal_pending = false;
         loop {
+            if self.tsdb.generation() != generation {
+                return Ok(Exit::StoreReopened);
+            }
             // While due heads wait, checkpoints come every SEAL_BUDGET and after fewer records, so that sealing
             // gets most of the processor in slices rather than all of it at once.
             let (interval, records_between) = if seal_pending {
@@ -167,11 +207,11 @@ impl Processor {
                 } else {
                     aged.max(offset.saturating_sub(self.head_log_bytes_max))
                 };
-                seal_pending = !self.checkpoint(offset, seal_below);
+                seal_pending = !self.checkpoint(offset, seal_below, generation);
                 last_checkpoint = now;
             }
             if stopping {
-                return Ok(());
+                return Ok(Exit::Stopped);
             }
             if applied == 0 {
                 self.log.wait_for_data(log_partition, offset, IDLE_WAIT)?;
@@ -214,6 +254,7 @@ impl Processor {
             pos: offset,
         };
         let events = &self.events;
+        let publish = offset >= self.quiet_below;
         let result = match Record::decode(bytes) {
             Ok(Record::Telemetry { entity, records }) => {
                 let written = self.tsdb.write_records(source, entity, &records);
@@ -227,7 +268,7 @@ impl Processor {
                         now,
                     );
                 }
-                if written.is_ok() && events.wants(device, Interest::TELEMETRY) {
+                if written.is_ok() && publish && events.wants(device, Interest::TELEMETRY) {
                     events.publish(device, &Update::Telemetry(Arc::new(records)));
                 }
                 written.map_err(super::IngestError::from)
@@ -248,13 +289,14 @@ impl Processor {
                     now,
                 );
                 // Only SHARED changes are pushed to the device (reference 1.7).
-                if scope == AttributeScope::Shared
+                if publish
+                    && scope == AttributeScope::Shared
                     && !kvs.is_empty()
                     && events.wants(device, Interest::SHARED_PUSH)
                 {
                     events.publish(device, &Update::shared_saved(&kvs));
                 }
-                if events.wants(device, Interest::ATTRIBUTES) {
+                if publish && events.wants(device, Interest::ATTRIBUTES) {
                     let update = Update::Attributes {
                         scope,
                         ts,
@@ -280,13 +322,14 @@ impl Processor {
                     Input::AttributesDeleted { scope, keys: &keys },
                     now_ms(),
                 );
-                if scope == AttributeScope::Shared
+                if publish
+                    && scope == AttributeScope::Shared
                     && !keys.is_empty()
                     && events.wants(device, Interest::SHARED_PUSH)
                 {
                     events.publish(device, &Update::shared_deleted(&keys));
                 }
-                if events.wants(device, Interest::ATTRIBUTES) {
+                if publish && events.wants(device, Interest::ATTRIBUTES) {
                     let update = Update::Attributes {
                         scope,
                         ts,
@@ -321,15 +364,22 @@ impl Processor {
         };
         if let Err(e) = result {
             // The store is poisoned; the record stays in the log (the checkpoint cannot pass it) and is
-            // replayed after a restart.
-            tracing::error!(partition = self.partition, offset, error = %e, "cannot apply a log record");
+            // replayed once the store is reopened, or after a restart.
+            // One line when the store starts refusing, not one per record while it does.
+            let refused = matches!(e, super::IngestError::Tsdb(fleetwire_tsdb::Error::Poisoned));
+            if refused && self.first_failed.is_some() {
+                tracing::debug!(partition = self.partition, offset, error = %e, "cannot apply a log record");
+            } else {
+                tracing::error!(partition = self.partition, offset, error = %e, "cannot apply a log record");
+            }
+            self.first_failed.get_or_insert(offset);
         }
     }
 
     /// Seals the heads that pin log data below `seal_below` (all of them at a stop, else for at most
     /// SEAL_BUDGET), persists the stores, then records in the log how far it may be trimmed. The order matters:
     /// the checkpoint never passes data not yet persisted. False when due heads are left for the next one.
-    fn checkpoint(&self, applied: u64, seal_below: u64) -> bool {
+    fn checkpoint(&self, applied: u64, seal_below: u64, generation: u64) -> bool {
         let partition = self.partition;
         let mut complete = true;
         let result = (|| -> Result<(), super::IngestError> {
@@ -350,6 +400,11 @@ impl Processor {
             }
             self.tsdb.persist()?;
             self.attributes.persist()?;
+            if self.tsdb.generation() != generation {
+                // Reopened since this run started: what it lost is below the pins computed now, and only
+                // a replay from the checkpoint puts it back (the loop starts one next).
+                return Ok(());
+            }
             let keep_from = self
                 .tsdb
                 .min_unsealed_source(partition)
@@ -360,8 +415,18 @@ impl Processor {
             }
             Ok(())
         })();
-        if let Err(e) = result {
-            tracing::warn!(partition, error = %e, "checkpoint failed; the log keeps the data and it is retried");
+        match result {
+            Ok(()) => {}
+            // The store refuses writes: said once by the thread that reopens it, not every second here.
+            Err(super::IngestError::Tsdb(fleetwire_tsdb::Error::Poisoned)) => {
+                tracing::debug!(
+                    partition,
+                    "checkpoint waits for the time-series store to take writes"
+                );
+            }
+            Err(e) => {
+                tracing::warn!(partition, error = %e, "checkpoint failed; the log keeps the data and it is retried");
+            }
         }
         complete
     }

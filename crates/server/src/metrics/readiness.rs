@@ -1,7 +1,7 @@
 //! `GET /readyz`: whether this server should be sent traffic.
 //!
 //! Ready means recovered and accepting: the ingest log is open (it is before anything listens) and not
-//! poisoned, writes are not refused for lack of disk space, every partition's processor has finished its
+//! poisoned, the time-series store takes writes, writes are not refused for lack of disk space, every partition's processor has finished its
 //! startup replay, and the server is not stopping. Over the log's disk budget the server still accepts
 //! writes, only slower, so that alone does not make it unready (`fleetwire_ingest_throttled` shows it).
 //! Other parts can add conditions through [`Readiness::add_condition`]. `/healthz` stays "the process is
@@ -43,6 +43,16 @@ impl Readiness {
                 "the ingest log refuses writes after a write or sync failure; restart the server"
                     .to_string(),
             );
+        }
+        match ingest.tsdb().write_state() {
+            fleetwire_tsdb::WriteState::Writable => {}
+            fleetwire_tsdb::WriteState::RefusedUntilReopen => reasons.push(
+                "the time-series store refuses writes after a failed write; it is reopened once its disk has room"
+                    .to_string(),
+            ),
+            fleetwire_tsdb::WriteState::RefusedUntilRestart => reasons.push(
+                "the time-series store refuses writes after a failed fsync; restart the server".to_string(),
+            ),
         }
         if ingest.refusing_writes() {
             reasons.push("writes are refused until disk space is freed".to_string());

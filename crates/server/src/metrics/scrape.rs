@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use fleetwire_log::{LatencySnapshot, LATENCY_BOUNDS_US};
-use fleetwire_tsdb::ChunkStats;
+use fleetwire_tsdb::{ChunkStats, WriteState};
 use parking_lot::Mutex;
 
 use super::exposition::{Exposition, Histogram, Kind};
@@ -344,6 +344,22 @@ fn stores(e: &mut Exposition, state: &AppState) {
             chunks.bytes,
         );
     }
+    e.single(
+        "fleetwire_tsdb_refusing_writes",
+        Kind::Gauge,
+        "0 while the time-series store takes writes; 1 after a failed write, until it is reopened (once its disk has room); 2 after a failed fsync, until a restart.",
+        match tsdb.write_state() {
+            WriteState::Writable => 0u64,
+            WriteState::RefusedUntilReopen => 1,
+            WriteState::RefusedUntilRestart => 2,
+        },
+    );
+    e.single(
+        "fleetwire_tsdb_reopens_total",
+        Kind::Counter,
+        "Times the time-series store was reopened after a failed write, without a restart.",
+        tsdb.generation(),
+    );
     let heads = tsdb.head_stats();
     e.single(
         "fleetwire_tsdb_series",
