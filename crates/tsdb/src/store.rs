@@ -173,15 +173,18 @@ impl Store {
         // fjall holds a lock file: the old instance must be gone (its workers joined) first.
         drop(slot.take());
         let engine = Engine::open(&self.dir, self.chunk_points_max)?;
-        let mut batch = engine.batch();
-        for &(id, entity, key) in series {
-            batch.insert(
-                &engine.series,
-                id.to_key(),
-                series::encode_record(entity, key),
-            );
+        // In batches, so that a million series do not make one batch of a hundred megabytes.
+        for part in series.chunks(10_000) {
+            let mut batch = engine.batch();
+            for &(id, entity, key) in part {
+                batch.insert(
+                    &engine.series,
+                    id.to_key(),
+                    series::encode_record(entity, key),
+                );
+            }
+            batch.commit()?;
         }
-        batch.commit()?;
         *slot = Some(engine);
         self.state.store(WRITABLE, Ordering::Release);
         self.generation.fetch_add(1, Ordering::AcqRel);

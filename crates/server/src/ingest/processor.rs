@@ -370,7 +370,7 @@ impl Processor {
             if refused && self.first_failed.is_some() {
                 tracing::debug!(partition = self.partition, offset, error = %e, "cannot apply a log record");
             } else {
-                tracing::error!(partition = self.partition, offset, error = %e, "cannot apply a log record");
+                crate::sustained_warn!(partition = self.partition, offset, error = %e, "cannot apply a log record");
             }
             self.first_failed.get_or_insert(offset);
         }
@@ -425,7 +425,7 @@ impl Processor {
                 );
             }
             Err(e) => {
-                tracing::warn!(partition, error = %e, "checkpoint failed; the log keeps the data and it is retried");
+                crate::sustained_warn!(partition, error = %e, "checkpoint failed; the log keeps the data and it is retried");
             }
         }
         complete

@@ -23,7 +23,7 @@ pub async fn run(state: AppState, listener: TcpListener) {
             Ok(accepted) => accepted,
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning; existing connections keep working.
-                tracing::warn!(error = %e, "accept failed");
+                crate::sustained_warn!(error = %e, "accept failed");
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 continue;
             }
