@@ -115,3 +115,41 @@ def test_refused_connects_are_counted_by_reason(fresh_server):
         assert value(after, "fleetwire_refused", "fleetwire_refused_total", transport="mqtt", reason="auth") >= \
             value(before, "fleetwire_refused", "fleetwire_refused_total", transport="mqtt", reason="auth") + 1
     eventually(counted)
+
+
+def test_pushes_are_counted_by_transport_with_their_data_points(fresh_server):
+    server = fresh_server
+    device = server.create_device()
+    client = PahoDevice(server.host, server.mqtt_port, device.token, "3.1.1")
+    client.connect()
+    try:
+        assert client.subscribe([("v1/devices/me/attributes", 1), ("v1/devices/me/rpc/request/+", 1)]) == [1, 1]
+        before = scrape(server)
+        # One SHARED update of two keys, one deletion of one key, one one-way RPC: three pushes over MQTT.
+        resp = server.rest("POST", f"/api/plugins/telemetry/DEVICE/{device.id}/attributes/SHARED_SCOPE",
+                           json={"targetTemp": 21, "mode": "eco"})
+        assert resp.status_code == 200, resp.text
+        resp = server.rest("DELETE", f"/api/plugins/telemetry/DEVICE/{device.id}/SHARED_SCOPE",
+                           params={"keys": "mode"})
+        assert resp.status_code == 200, resp.text
+        resp = server.rest("POST", f"/api/rpc/oneway/{device.id}", json={"method": "open", "params": {}})
+        assert resp.status_code == 200, resp.text
+
+        def received() -> None:
+            with client.lock:
+                assert len(client.messages) == 3, [m.topic for m in client.messages]
+        eventually(received)
+    finally:
+        client.close()
+    after = scrape(server)
+
+    def delta(family: str, sample: str, **labels: str) -> float:
+        return value(after, family, sample, **labels) - value(before, family, sample, **labels)
+
+    out = ("fleetwire_messages_out", "fleetwire_messages_out_total")
+    assert delta(*out, transport="mqtt", kind="attribute_update") == 2
+    assert delta(*out, transport="mqtt", kind="rpc_request") == 1
+    assert delta("fleetwire_data_points_out", "fleetwire_data_points_out_total", transport="mqtt") == 3
+    for transport in ("http", "gateway"):
+        assert delta(*out, transport=transport, kind="attribute_update") == 0
+    assert delta(*out, transport="websocket", kind="subscription_update") == 0

@@ -53,7 +53,8 @@ pub enum RpcEvent {
     Replied(Bytes),
 }
 
-/// Something that takes a device's requests: an MQTT session or an HTTP long-poll. It must not block.
+/// Something that takes a device's requests: an MQTT session or an HTTP long-poll. It must not block. It counts
+/// what it takes in `fleetwire_messages_out_total`, under its own transport.
 pub trait RpcSink: Send + Sync {
     /// Hands over one request. False when the sink cannot take it (a poll that already got one, a session
     /// whose queue is full); the request then stays queued.
@@ -111,7 +112,6 @@ impl DeviceRpc {
     /// A delivered request: its caller hears of it, and a two-way one waits for its reply. A one-shot sink
     /// (an HTTP poll answered with it) counts as acknowledged at once.
     fn delivered(&mut self, pending: Pending, one_shot: bool) {
-        crate::metrics::sent(crate::metrics::Out::RpcRequest);
         let _ = pending.events.try_send(RpcEvent::Delivered);
         if one_shot {
             let _ = pending.events.try_send(RpcEvent::Acked);
@@ -331,10 +331,18 @@ impl PollSink {
 
 impl RpcSink for PollSink {
     fn deliver(&self, request: &RpcRequest) -> bool {
-        match self.0.lock().take() {
+        let taken = match self.0.lock().take() {
             Some(tx) => tx.send(request.clone()).is_ok(),
             None => false,
+        };
+        if taken {
+            crate::metrics::sent(
+                crate::metrics::OutTransport::Http,
+                crate::metrics::Out::RpcRequest,
+                0,
+            );
         }
+        taken
     }
 
     fn is_one_shot(&self) -> bool {

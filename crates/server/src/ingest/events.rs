@@ -22,8 +22,8 @@ use uuid::Uuid;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Update {
     /// SHARED attributes changed: the JSON body ThingsBoard pushes, `{"key":value,…}` for saved keys and/or
-    /// `{"deleted":["key",…]}`.
-    SharedAttributes(Bytes),
+    /// `{"deleted":["key",…]}`, and how many keys it names (for the metrics).
+    SharedAttributes { body: Bytes, keys: usize },
     /// Telemetry of the device was applied.
     Telemetry(Arc<Vec<TsRecord>>),
     /// Attributes of one scope were saved (`kvs`, at `ts`) or deleted.
@@ -65,14 +65,18 @@ impl Update {
             .iter()
             .map(|kv| (kv.key.clone(), kv.value.to_json()))
             .collect();
-        Update::SharedAttributes(Bytes::from(serde_json::Value::Object(body).to_string()))
+        Update::SharedAttributes {
+            body: Bytes::from(serde_json::Value::Object(body).to_string()),
+            keys: kvs.len(),
+        }
     }
 
     /// The push for deleted SHARED attributes.
     pub fn shared_deleted(keys: &[String]) -> Update {
-        Update::SharedAttributes(Bytes::from(
-            serde_json::json!({ "deleted": keys }).to_string(),
-        ))
+        Update::SharedAttributes {
+            body: Bytes::from(serde_json::json!({ "deleted": keys }).to_string()),
+            keys: keys.len(),
+        }
     }
 }
 
@@ -104,7 +108,7 @@ pub struct Events {
 
 fn kind_of(update: &Update) -> Interest {
     match update {
-        Update::SharedAttributes(_) => Interest::SHARED_PUSH,
+        Update::SharedAttributes { .. } => Interest::SHARED_PUSH,
         Update::Telemetry(_) => Interest::TELEMETRY,
         Update::Attributes { .. } => Interest::ATTRIBUTES,
     }
@@ -260,11 +264,17 @@ mod tests {
         ]);
         assert_eq!(
             saved,
-            Update::SharedAttributes(Bytes::from(r#"{"cfg":{"a":1},"targetTemp":21.5}"#))
+            Update::SharedAttributes {
+                body: Bytes::from(r#"{"cfg":{"a":1},"targetTemp":21.5}"#),
+                keys: 2
+            }
         );
         assert_eq!(
             Update::shared_deleted(&["a".into()]),
-            Update::SharedAttributes(Bytes::from(r#"{"deleted":["a"]}"#))
+            Update::SharedAttributes {
+                body: Bytes::from(r#"{"deleted":["a"]}"#),
+                keys: 1
+            }
         );
     }
 

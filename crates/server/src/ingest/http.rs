@@ -174,8 +174,12 @@ async fn attribute_updates(
         .subscribe_scoped(device.device_id, subscriber);
     let outcome = tokio::time::timeout(long_poll_wait(&poll), update).await;
     match outcome {
-        Ok(Ok(Update::SharedAttributes(body))) => {
-            crate::metrics::sent(crate::metrics::Out::AttributeUpdate);
+        Ok(Ok(Update::SharedAttributes { body, keys })) => {
+            crate::metrics::sent(
+                crate::metrics::OutTransport::Http,
+                crate::metrics::Out::AttributeUpdate,
+                keys,
+            );
             (
                 [(axum::http::header::CONTENT_TYPE, "application/json")],
                 body,

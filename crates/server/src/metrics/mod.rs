@@ -114,22 +114,68 @@ impl Reason {
     }
 }
 
-/// What the server pushes to devices: the `kind` label of `fleetwire_messages_out_total`.
+/// What the server pushes: the `kind` label of `fleetwire_messages_out_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Out {
     /// A SHARED attribute update (MQTT push, gateway push, HTTP long-poll answer).
     AttributeUpdate = 0,
     /// A server-side RPC request handed to a device's session or HTTP poll.
     RpcRequest = 1,
+    /// New values for a WebSocket subscription (telemetry or attributes).
+    SubscriptionUpdate = 2,
 }
 
 impl Out {
-    pub const ALL: [Out; 2] = [Out::AttributeUpdate, Out::RpcRequest];
+    pub const ALL: [Out; 3] = [
+        Out::AttributeUpdate,
+        Out::RpcRequest,
+        Out::SubscriptionUpdate,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
             Out::AttributeUpdate => "attribute_update",
             Out::RpcRequest => "rpc_request",
+            Out::SubscriptionUpdate => "subscription_update",
+        }
+    }
+}
+
+/// Where the server pushes to: the `transport` label of the `_out_` counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutTransport {
+    /// A device's MQTT session.
+    Mqtt = 0,
+    /// An HTTP device API long-poll.
+    Http = 1,
+    /// A gateway's MQTT session, for one of its sub-devices.
+    Gateway = 2,
+    /// A REST client's WebSocket subscription.
+    WebSocket = 3,
+}
+
+impl OutTransport {
+    pub const ALL: [OutTransport; 4] = [
+        OutTransport::Mqtt,
+        OutTransport::Http,
+        OutTransport::Gateway,
+        OutTransport::WebSocket,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            OutTransport::Mqtt => "mqtt",
+            OutTransport::Http => "http",
+            OutTransport::Gateway => "gateway",
+            OutTransport::WebSocket => "websocket",
+        }
+    }
+
+    /// The kinds of push this transport carries.
+    pub fn kinds(self) -> &'static [Out] {
+        match self {
+            OutTransport::WebSocket => &[Out::SubscriptionUpdate],
+            _ => &[Out::AttributeUpdate, Out::RpcRequest],
         }
     }
 }
@@ -173,7 +219,10 @@ const TRANSPORTS: usize = Transport::ALL.len();
 static MESSAGES_IN: [AtomicU64; TRANSPORTS] = zeros();
 static POINTS_IN: [AtomicU64; TRANSPORTS] = zeros();
 static REFUSED: [[AtomicU64; Reason::ALL.len()]; TRANSPORTS] = [const { zeros() }; TRANSPORTS];
-static MESSAGES_OUT: [AtomicU64; Out::ALL.len()] = zeros();
+const OUT_TRANSPORTS: usize = OutTransport::ALL.len();
+static MESSAGES_OUT: [[AtomicU64; Out::ALL.len()]; OUT_TRANSPORTS] =
+    [const { zeros() }; OUT_TRANSPORTS];
+static POINTS_OUT: [AtomicU64; OUT_TRANSPORTS] = zeros();
 static ALARM_TRANSITIONS: [AtomicU64; AlarmTransition::ALL.len()] = zeros();
 static MQTT_ACCEPTED: AtomicU64 = AtomicU64::new(0);
 static MQTT_CONNECTS: [AtomicU64; PROTOCOLS.len()] = zeros();
@@ -193,9 +242,11 @@ pub fn refused(transport: Transport, reason: Reason) {
     REFUSED[transport as usize][reason as usize].fetch_add(1, Ordering::Relaxed);
 }
 
-/// Something was pushed to a device.
-pub fn sent(out: Out) {
-    MESSAGES_OUT[out as usize].fetch_add(1, Ordering::Relaxed);
+/// Something was pushed, carrying `points` data points (attribute keys saved or deleted, telemetry values;
+/// none for an RPC request).
+pub fn sent(transport: OutTransport, out: Out, points: usize) {
+    MESSAGES_OUT[transport as usize][out as usize].fetch_add(1, Ordering::Relaxed);
+    POINTS_OUT[transport as usize].fetch_add(points as u64, Ordering::Relaxed);
 }
 
 /// Alarms changed `count` times this way.
@@ -233,7 +284,8 @@ pub(crate) struct Counters {
     pub messages_in: [u64; TRANSPORTS],
     pub points_in: [u64; TRANSPORTS],
     pub refused: [[u64; Reason::ALL.len()]; TRANSPORTS],
-    pub messages_out: [u64; Out::ALL.len()],
+    pub messages_out: [[u64; Out::ALL.len()]; OUT_TRANSPORTS],
+    pub points_out: [u64; OUT_TRANSPORTS],
     pub alarm_transitions: [u64; AlarmTransition::ALL.len()],
     pub mqtt_accepted: u64,
     pub mqtt_connects: [u64; PROTOCOLS.len()],
@@ -250,7 +302,8 @@ pub(crate) fn counters() -> Counters {
         messages_in: load(&MESSAGES_IN),
         points_in: load(&POINTS_IN),
         refused: std::array::from_fn(|t| load(&REFUSED[t])),
-        messages_out: load(&MESSAGES_OUT),
+        messages_out: std::array::from_fn(|t| load(&MESSAGES_OUT[t])),
+        points_out: load(&POINTS_OUT),
         alarm_transitions: load(&ALARM_TRANSITIONS),
         mqtt_accepted: MQTT_ACCEPTED.load(Ordering::Relaxed),
         mqtt_connects: load(&MQTT_CONNECTS),

@@ -9,7 +9,7 @@ use fleetwire_tsdb::{ChunkStats, WriteState};
 use parking_lot::Mutex;
 
 use super::exposition::{Exposition, Histogram, Kind};
-use super::{process, AlarmTransition, Out, Reason, Transport, PROTOCOLS};
+use super::{process, AlarmTransition, OutTransport, Reason, Transport, PROTOCOLS};
 use crate::AppState;
 
 /// `Tsdb::chunk_stats` reads every chunk header, so a scrape reuses a result younger than this.
@@ -98,13 +98,27 @@ fn transports(e: &mut Exposition, state: &AppState) {
     e.family(
         "fleetwire_messages_out_total",
         Kind::Counter,
-        "Messages pushed to devices: SHARED attribute updates and server-side RPC requests.",
+        "Messages pushed, by transport and kind: SHARED attribute updates and server-side RPC requests to devices, subscription updates to WebSocket clients.",
     );
-    for o in Out::ALL {
+    for t in OutTransport::ALL {
+        for &o in t.kinds() {
+            e.sample(
+                "fleetwire_messages_out_total",
+                &[("transport", t.label()), ("kind", o.label())],
+                c.messages_out[t as usize][o as usize],
+            );
+        }
+    }
+    e.family(
+        "fleetwire_data_points_out_total",
+        Kind::Counter,
+        "Data points in those messages (attribute keys saved or deleted, telemetry values), by transport.",
+    );
+    for t in OutTransport::ALL {
         e.sample(
-            "fleetwire_messages_out_total",
-            &[("kind", o.label())],
-            c.messages_out[o as usize],
+            "fleetwire_data_points_out_total",
+            &[("transport", t.label())],
+            c.points_out[t as usize],
         );
     }
     e.family(

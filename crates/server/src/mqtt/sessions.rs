@@ -212,6 +212,11 @@ impl RpcSink for RpcOutbox {
         queue.push_back(request.clone());
         drop(queue);
         self.signal.wake();
+        crate::metrics::sent(
+            crate::metrics::OutTransport::Mqtt,
+            crate::metrics::Out::RpcRequest,
+            0,
+        );
         true
     }
 

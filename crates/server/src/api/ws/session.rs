@@ -421,7 +421,15 @@ impl Session {
                 .collect(),
             _ => return None,
         };
-        (!points.is_empty()).then(|| points_message(cmd_id, points, true))
+        if points.is_empty() {
+            return None;
+        }
+        crate::metrics::sent(
+            crate::metrics::OutTransport::WebSocket,
+            crate::metrics::Out::SubscriptionUpdate,
+            points.len(),
+        );
+        Some(points_message(cmd_id, points, true))
     }
 }
 

@@ -45,7 +45,7 @@ struct SubDevice {
 
 /// Something to publish to the gateway for one of its sub-devices.
 enum Push {
-    Attributes(Bytes),
+    Attributes { body: Bytes, keys: usize },
     Rpc(RpcRequest),
 }
 
@@ -81,10 +81,14 @@ impl Subscriber for SubDeviceSink {
     }
 
     fn deliver(&self, update: &Update) -> bool {
-        let Update::SharedAttributes(body) = update else {
+        let Update::SharedAttributes { body, keys } = update else {
             return true;
         };
-        if self.outbox.push(&self.name, Push::Attributes(body.clone())) {
+        let push = Push::Attributes {
+            body: body.clone(),
+            keys: *keys,
+        };
+        if self.outbox.push(&self.name, push) {
             return true;
         }
         tracing::debug!("a gateway's outbox overflowed; closing it");
@@ -95,7 +99,11 @@ impl Subscriber for SubDeviceSink {
 
 impl RpcSink for SubDeviceSink {
     fn deliver(&self, request: &RpcRequest) -> bool {
-        self.outbox.push(&self.name, Push::Rpc(request.clone()))
+        let pushed = self.outbox.push(&self.name, Push::Rpc(request.clone()));
+        if pushed {
+            metrics::sent(metrics::OutTransport::Gateway, metrics::Out::RpcRequest, 0);
+        }
+        pushed
     }
 
     fn is_one_shot(&self) -> bool {
@@ -541,8 +549,12 @@ impl Conn<'_> {
         let mut delivered = Vec::new();
         for (name, push) in pushes {
             let (topic, body) = match push {
-                Push::Attributes(body) => {
-                    metrics::sent(metrics::Out::AttributeUpdate);
+                Push::Attributes { body, keys } => {
+                    metrics::sent(
+                        metrics::OutTransport::Gateway,
+                        metrics::Out::AttributeUpdate,
+                        keys,
+                    );
                     let data: JsonValue = serde_json::from_slice(&body).unwrap_or(JsonValue::Null);
                     (
                         "v1/gateway/attributes",

@@ -109,8 +109,12 @@ impl Conn<'_> {
             }
             for update in updates {
                 // The outbox registers for SHARED pushes only.
-                if let Update::SharedAttributes(body) = update {
-                    crate::metrics::sent(crate::metrics::Out::AttributeUpdate);
+                if let Update::SharedAttributes { body, keys } = update {
+                    crate::metrics::sent(
+                        crate::metrics::OutTransport::Mqtt,
+                        crate::metrics::Out::AttributeUpdate,
+                        keys,
+                    );
                     self.publish_to_device(topic.clone(), body);
                 }
             }
