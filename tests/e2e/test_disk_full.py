@@ -142,6 +142,8 @@ def test_writes_are_refused_under_the_free_space_reserve_and_resume_when_space_r
         resp = http_post(server, http_dev.token, 1)
         assert resp.status_code == 503, resp.text
         assert "disk space" in resp.json()["message"], resp.text
+        assert server.metric("fleetwire_refused_total", 'transport="http",reason="disk_full"', default=0.0) == 1
+        assert "request failed" not in server.log_text(), "a refused write is not logged per request"
         with RawClient(server.host, server.mqtt_port) as raw:
             assert raw.connect(4, dev3.token, client_id="disk-full-3") == 0
             raw.send(publish(4, TELEMETRY, point(0), qos=1, packet_id=7))

@@ -34,7 +34,16 @@ pub enum ApiError {
     },
     /// A `text/plain` body (telemetry and attribute validation errors).
     Plain { status: StatusCode, message: String },
+    /// Writes refused for lack of disk space: ThingsBoard's JSON 503 (errorCode 2), counted in
+    /// `fleetwire_refused_total` as `disk_full` rather than `unavailable`, and not logged per request (the
+    /// disk monitor logs the condition).
+    DiskFull { message: String },
 }
+
+/// A response extension naming the refusal reason when the status alone would give the wrong one; the
+/// HTTP device API's metrics middleware reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct Refusal(pub crate::metrics::Reason);
 
 impl ApiError {
     pub fn json(status: StatusCode, error_code: u32, message: impl Into<String>) -> ApiError {
@@ -113,28 +122,37 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::Json { status, .. } | ApiError::Plain { status, .. } => *status,
+            ApiError::DiskFull { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
     /// The human-readable message.
     pub fn message(&self) -> String {
         match self {
-            ApiError::Json { message, .. } | ApiError::Plain { message, .. } => message.clone(),
+            ApiError::Json { message, .. }
+            | ApiError::Plain { message, .. }
+            | ApiError::DiskFull { message } => message.clone(),
         }
     }
 }
 
-/// A write the ingest path refused: too large → 413 (plain text); anything else (log poisoned, shutting
-/// down) → 503, logged once here because it is the server's problem, not the client's.
+/// A write the ingest path refused: too large → 413 (plain text); anything else (disk full, log poisoned,
+/// shutting down) → 503, logged at most once per interval (here, or by the disk monitor) because it is the
+/// server's problem, not the client's.
 impl From<crate::ingest::IngestError> for ApiError {
     fn from(err: crate::ingest::IngestError) -> ApiError {
         match err {
             crate::ingest::IngestError::TooLarge { .. } => {
                 ApiError::plain(StatusCode::PAYLOAD_TOO_LARGE, err.to_string())
             }
-            e @ (crate::ingest::IngestError::DiskFull(_)
-            | crate::ingest::IngestError::Overloaded) => {
-                // A sustained condition, logged by the disk monitor; not once per request.
+            // Sustained conditions, logged by the disk monitor; not once per request.
+            e @ crate::ingest::IngestError::DiskFull(_) => {
+                tracing::debug!(error = %e, "write refused");
+                ApiError::DiskFull {
+                    message: e.to_string(),
+                }
+            }
+            e @ crate::ingest::IngestError::Overloaded => {
                 tracing::debug!(error = %e, "write refused");
                 ApiError::unavailable(e.to_string())
             }
@@ -183,8 +201,13 @@ impl IntoResponse for ApiError {
                 error_code,
                 message,
             } => {
-                // Database errors were logged with their cause when converted.
-                if status.is_server_error() && error_code != code::DATABASE {
+                // Database errors were logged with their cause when converted, and 503s (writes refused: the
+                // log poisoned, overloaded, shutting down) where the condition is known, at most once per
+                // interval: not once per request.
+                if status.is_server_error()
+                    && status != StatusCode::SERVICE_UNAVAILABLE
+                    && error_code != code::DATABASE
+                {
                     tracing::error!(status = status.as_u16(), error_code, %message, "request failed");
                 }
                 let body = json!({
@@ -194,6 +217,19 @@ impl IntoResponse for ApiError {
                     "timestamp": now_ms(),
                 });
                 (status, axum::Json(body)).into_response()
+            }
+            ApiError::DiskFull { message } => {
+                let body = json!({
+                    "status": status.as_u16(),
+                    "message": message,
+                    "errorCode": code::GENERAL,
+                    "timestamp": now_ms(),
+                });
+                let mut response = (status, axum::Json(body)).into_response();
+                response
+                    .extensions_mut()
+                    .insert(Refusal(crate::metrics::Reason::DiskFull));
+                response
             }
             ApiError::Plain { message, .. } => {
                 if status.is_server_error() {

@@ -12,7 +12,11 @@ use super::{refused, Reason, Transport};
 /// means. A long-poll that simply timed out (408) is not a refusal.
 pub async fn count_refusals(request: Request, next: Next) -> Response {
     let response = next.run(request).await;
-    if let Some(reason) = reason_of(response.status()) {
+    let named = response
+        .extensions()
+        .get::<crate::api::error::Refusal>()
+        .map(|r| r.0);
+    if let Some(reason) = named.or_else(|| reason_of(response.status())) {
         refused(Transport::Http, reason);
     }
     response
