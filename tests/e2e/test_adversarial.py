@@ -406,8 +406,15 @@ def test_another_tenant_cannot_reach_devices_telemetry_or_alarms_by_id(server, w
     b_device = PahoDevice(server.host, server.mqtt_port, b_token, "5")
     b_device.connect()
     b_device.publish_ok("v1/devices/me/telemetry", {"temperature": 1})
+    assert call("GET", "/api/auth/user").status_code == 200
     sysadmin.delete_tenant(TenantId(tenant.id.id, "TENANT"))
     eventually(b_device.disconnected.is_set, timeout_s=10)
+    # Its administrator's still unexpired token is outdated with it (ThingsBoard: 401 errorCode 11, so that clients
+    # go back to the login), on every endpoint, rather than reaching handlers whose tenant is gone.
+    for method, path in (("GET", "/api/auth/user"), ("GET", "/api/tenant/devices?pageSize=10&page=0"),
+                         ("POST", "/api/device")):
+        outdated = call(method, path, json={"name": "after-deletion"} if method == "POST" else None)
+        assert (outdated.status_code, outdated.json()["errorCode"]) == (401, 11), (path, outdated.text)
     again = requests.post(f"{server.base_url}/api/auth/login", json={"username": email, "password": "b-pass"},
                           timeout=10)
     assert again.status_code == 401

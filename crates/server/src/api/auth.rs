@@ -114,7 +114,21 @@ impl FromRequestParts<AppState> for CurrentUser {
         let token = bearer_token(&parts.headers)
             .ok_or_else(|| ApiError::unauthorized("Authentication failed"))?;
         let claims = state.auth.verify(token).map_err(token_error)?;
-        CurrentUser::from_claims(&claims)
+        let user = CurrentUser::from_claims(&claims)?;
+        ensure_active(state, user.user_id).await?;
+        Ok(user)
+    }
+}
+
+/// A token outlives nothing it was issued for: once its user is deleted (with its tenant or customer too) or
+/// disabled, it is refused as ThingsBoard's token-outdating does, with 401 errorCode 11, so that a client
+/// goes back to its login, which then fails. Without this the token would pass until it expires and reach
+/// handlers whose tenant no longer exists. One primary-key lookup per REST request.
+pub(crate) async fn ensure_active(state: &AppState, user_id: Uuid) -> Result<(), ApiError> {
+    let user = blocking(state, move |e| Ok(e.user(user_id)?)).await?;
+    match user {
+        Some(user) if user.enabled => Ok(()),
+        _ => Err(ApiError::token_expired()),
     }
 }
 

@@ -53,12 +53,14 @@ struct TokenQuery {
     token: Option<String>,
 }
 
-fn authenticate(state: &AppState, token: &str) -> Result<CurrentUser, ApiError> {
+async fn authenticate(state: &AppState, token: &str) -> Result<CurrentUser, ApiError> {
     let claims = state
         .auth
         .verify(token)
         .map_err(|_| ApiError::unauthorized("Authentication failed"))?;
-    CurrentUser::from_claims(&claims)
+    let user = CurrentUser::from_claims(&claims)?;
+    crate::api::auth::ensure_active(state, user.user_id).await?;
+    Ok(user)
 }
 
 async fn upgrade(
@@ -68,7 +70,7 @@ async fn upgrade(
 ) -> Response {
     // A token in the URL is checked before the upgrade, so a bad one gets a plain 401.
     let user = match query.token.as_deref().filter(|t| !t.is_empty()) {
-        Some(token) => match authenticate(&state, token) {
+        Some(token) => match authenticate(&state, token).await {
             Ok(user) => Some(user),
             Err(e) => return e.into_response(),
         },

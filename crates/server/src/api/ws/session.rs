@@ -163,7 +163,7 @@ impl Session {
             }
         };
         if let Some(auth) = &envelope.auth_cmd {
-            match authenticate(&self.state, &auth.token) {
+            match authenticate(&self.state, &auth.token).await {
                 Ok(user) => self.user = Some(user),
                 Err(_) => return Err(Flow::Close(POLICY_VIOLATION, "Authentication failed")),
             }
