@@ -73,6 +73,9 @@ pub enum WriteState {
     RefusedUntilRestart,
 }
 
+/// Longest [`Store::reopen`] waits for the operations on the old engine to finish.
+const REOPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The store accepts writes.
 const WRITABLE: u8 = 0;
 /// A write failed: writes are refused until [`Store::reopen`] succeeds.
@@ -159,12 +162,21 @@ impl Store {
         result
     }
 
-    /// Closes the poisoned fjall instance and opens the files again, then rewrites `series` (the
-    /// caller's whole series index: records the old instance had not written to its journal are
-    /// lost with it). Everything else it had not written is lost too; the caller replays it.
-    /// Does nothing when the store is writable; refuses after a failed fsync.
-    pub(crate) fn reopen(&self, series: &[(SeriesId, u128, &str)]) -> Result<()> {
-        let mut slot = self.engine.write();
+    /// Closes the poisoned fjall instance and opens the files again, then writes the records of
+    /// `series` (the caller's whole series index) that the new instance lacks, and removes the
+    /// stored latest values of `no_latest` (series whose latest value was deleted): the old
+    /// instance may have lost either. Everything else it had not written is lost too; the caller
+    /// replays it. Does nothing when the store is writable; refuses after a failed fsync. Gives up
+    /// (to be called again) if a writer holds the old engine for longer than `REOPEN_WAIT`: fjall
+    /// may keep a writer waiting for a flush that will not come.
+    pub(crate) fn reopen(
+        &self,
+        series: &[(SeriesId, u128, &str)],
+        no_latest: &[SeriesId],
+    ) -> Result<()> {
+        let Some(mut slot) = self.engine.try_write_for(REOPEN_WAIT) else {
+            return Err(Error::Poisoned);
+        };
         match self.state.load(Ordering::Acquire) {
             WRITABLE => return Ok(()),
             POISONED => {}
@@ -173,18 +185,25 @@ impl Store {
         // fjall holds a lock file: the old instance must be gone (its workers joined) first.
         drop(slot.take());
         let engine = Engine::open(&self.dir, self.chunk_points_max)?;
-        // In batches, so that a million series do not make one batch of a hundred megabytes.
-        for part in series.chunks(10_000) {
-            let mut batch = engine.batch();
-            for &(id, entity, key) in part {
+        // Only what is missing, so that a reopen does not rewrite a large index into the space it
+        // waited for; in batches, so that a million series do not make one batch.
+        let mut batch = engine.batch();
+        for &(id, entity, key) in series {
+            if !engine.series.contains_key(id.to_key())? {
                 batch.insert(
                     &engine.series,
                     id.to_key(),
                     series::encode_record(entity, key),
                 );
             }
-            batch.commit()?;
+            if batch.len() >= 10_000 {
+                std::mem::replace(&mut batch, engine.batch()).commit()?;
+            }
         }
+        for id in no_latest {
+            batch.remove(&engine.latest, id.to_key());
+        }
+        batch.commit()?;
         *slot = Some(engine);
         self.state.store(WRITABLE, Ordering::Release);
         self.generation.fetch_add(1, Ordering::AcqRel);
@@ -197,12 +216,13 @@ impl Store {
 
     pub(crate) fn insert_series(&self, id: SeriesId, entity: u128, key: &str) -> Result<()> {
         self.check_writable()?;
-        let r = self.engine().and_then(|e| {
-            e.series
-                .insert(id.to_key(), series::encode_record(entity, key))
-                .map_err(Error::from)
-        });
-        self.guard(r)
+        // Each write keeps the engine's read guard until its result is guarded, so that a failure of
+        // the old engine cannot poison the store after a reopen has installed a new one.
+        let engine = self.engine()?;
+        let r = engine
+            .series
+            .insert(id.to_key(), series::encode_record(entity, key));
+        self.guard(r.map_err(Error::from))
     }
 
     pub(crate) fn load_latest(&self) -> Result<Vec<(SeriesId, i64, Value)>> {
@@ -221,20 +241,27 @@ impl Store {
             }
             self.guard(batch.commit().map_err(Error::from))?;
         }
-        // Every write flushes fjall's journal buffer (`Engine::batch`, and fjall's own single
-        // writes), so what fails here is the fsync itself.
-        if let Err(e) = engine.db.persist(PersistMode::SyncAll) {
-            tracing::error!(error = %e, "tsdb fsync failed; refusing writes until a restart");
-            self.state.store(POISONED_FSYNC, Ordering::Release);
-            return Err(e.into());
+        // What a full disk fails is a write: flush fjall's journal buffer first (every write of
+        // ours flushes it already), so that an I/O error of the SyncAll below is the fsync's own.
+        // fjall's `Poisoned` means an earlier write failed (ours, or its flush and compaction
+        // workers'), not this fsync.
+        self.guard(engine.db.persist(PersistMode::Buffer).map_err(Error::from))?;
+        match engine.db.persist(PersistMode::SyncAll) {
+            Ok(()) => Ok(()),
+            Err(e @ fjall::Error::Poisoned) => self.guard(Err(e.into())),
+            Err(e) => {
+                tracing::error!(error = %e, "tsdb fsync failed; refusing writes until a restart");
+                self.state.store(POISONED_FSYNC, Ordering::Release);
+                Err(e.into())
+            }
         }
-        Ok(())
     }
 
     /// Writes a series' points (sorted, non-empty) as chunks, merging with stored chunks.
     pub(crate) fn write_points(&self, id: SeriesId, points: &Points) -> Result<()> {
         self.check_writable()?;
-        let r = self.engine().and_then(|e| e.write_points(id, points));
+        let engine = self.engine()?;
+        let r = engine.write_points(id, points);
         self.guard(r)
     }
 
@@ -243,17 +270,17 @@ impl Store {
     /// it durable, like any chunk write. Returns how many points it deleted.
     pub(crate) fn delete_range(&self, id: SeriesId, start: i64, end: i64) -> Result<usize> {
         self.check_writable()?;
-        let r = self.engine().and_then(|e| e.delete_range(id, start, end));
+        let engine = self.engine()?;
+        let r = engine.delete_range(id, start, end);
         self.guard(r)
     }
 
     /// Forgets the stored latest value of `id` (not synced, as `delete_range`).
     pub(crate) fn remove_latest(&self, id: SeriesId) -> Result<()> {
         self.check_writable()?;
-        let r = self
-            .engine()
-            .and_then(|e| e.latest.remove(id.to_key()).map_err(Error::from));
-        self.guard(r)
+        let engine = self.engine()?;
+        let r = engine.latest.remove(id.to_key());
+        self.guard(r.map_err(Error::from))
     }
 
     /// Calls `f` with every stored chunk of `id` overlapping `[start, end)`, in `order`; the
@@ -276,7 +303,8 @@ impl Store {
     /// Drops every month keyspace that ends at or before `cutoff_ms`; returns how many.
     pub(crate) fn drop_months_before(&self, cutoff_ms: i64) -> Result<usize> {
         self.check_writable()?;
-        let r = self.engine().and_then(|e| e.drop_months_before(cutoff_ms));
+        let engine = self.engine()?;
+        let r = engine.drop_months_before(cutoff_ms);
         self.guard(r)
     }
 }

@@ -381,7 +381,17 @@ impl Tsdb {
                 }
             }
         }
-        self.store.write_latest_and_sync(latest)?;
+        let written: Vec<SeriesId> = latest.iter().map(|(id, _)| *id).collect();
+        if let Err(e) = self.store.write_latest_and_sync(latest) {
+            // Not written: marked again, for the persist after a reopen.
+            let written: std::collections::HashSet<SeriesId> = written.into_iter().collect();
+            for shard in self.shards.iter() {
+                for state in shard.lock().all_series_mut() {
+                    state.latest_dirty |= written.contains(&state.id);
+                }
+            }
+            return Err(e);
+        }
         self.unsynced.lock().syncing.clear();
         Ok(())
     }
@@ -415,13 +425,21 @@ impl Tsdb {
         }
         // While the store is poisoned no series is created (its record is written first), so this
         // list is complete when the engine is swapped.
+        // Under the persist lock, so that no persist that started before the reopen clears the marks.
+        let _persisting = self.persist_lock.lock();
         let mut series: Vec<(SeriesId, u128, Box<str>)> = Vec::new();
+        let mut no_latest = Vec::new();
         for shard in self.shards.iter() {
             let mut shard = shard.lock();
             for (&entity, keys) in shard.entities.iter_mut() {
                 for (key, state) in keys.iter_mut() {
                     series.push((state.id, entity, key.clone()));
-                    state.latest_dirty |= state.latest.is_some();
+                    if state.latest.is_some() {
+                        state.latest_dirty = true;
+                    } else {
+                        // Deleted: the old engine may have lost the removal.
+                        no_latest.push(state.id);
+                    }
                 }
             }
         }
@@ -429,7 +447,7 @@ impl Tsdb {
             .iter()
             .map(|(id, entity, key)| (*id, *entity, &**key))
             .collect();
-        self.store.reopen(&records)?;
+        self.store.reopen(&records, &no_latest)?;
         Ok(true)
     }
 
