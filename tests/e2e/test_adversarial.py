@@ -11,7 +11,7 @@ throughout (the `watchdog`) must keep getting PUBACKs while it happens.
 - Wrong tokens in a loop: with the failed-auth limit on, the address is blocked (even with a right token), other
   addresses are not, and the block lifts.
 - JWT tampering (changed claims, `alg: none`, a foreign key, a refresh token used as access) gets 401 errorCode 10;
-  an expired token 401 errorCode 11.
+  an expired token 401 errorCode 11, a logged-out session's tokens 401 errorCode 11.
 - Cross-tenant access: a second tenant (created by the system administrator through tb-rest-client) gets 403 for
   another tenant's devices, telemetry, attributes, alarms and RPC by id, and sees none of them in its lists.
   Deleting the tenant removes its devices, closes their sessions and ends its users' logins.
@@ -309,6 +309,19 @@ def test_tampered_forged_and_expired_tokens_are_refused(tmp_path):
         resp = requests.get(f"{server.base_url}/api/device/{device.id}", timeout=10)
         assert resp.status_code == 401 and resp.json()["errorCode"] == 10
         assert status(pair["token"]) == (200, None), "the real token still works after all that"
+
+        # A logout ends that session only: its access and refresh tokens are outdated (401 errorCode 11, as
+        # ThingsBoard answers), another session of the same user goes on.
+        other = requests.post(f"{server.base_url}/api/auth/login",
+                              json={"username": "tenant@thingsboard.org", "password": "tenant"}, timeout=10).json()
+        resp = requests.post(f"{server.base_url}/api/auth/logout",
+                             headers={"X-Authorization": f"Bearer {pair['token']}"}, timeout=10)
+        assert resp.status_code == 200, resp.text
+        assert status(pair["token"]) == (401, 11)
+        refreshed = requests.post(f"{server.base_url}/api/auth/token", json={"refreshToken": pair["refreshToken"]},
+                                  timeout=10)
+        assert (refreshed.status_code, refreshed.json()["errorCode"]) == (401, 11), refreshed.text
+        assert status(other["token"]) == (200, None)
     finally:
         server.stop()
 

@@ -241,8 +241,16 @@ async fn current_user(
     Ok(Json(user_json(&user)))
 }
 
-async fn logout(_caller: CurrentUser) -> StatusCode {
-    StatusCode::OK
+/// Ends the caller's session: its access and refresh tokens are refused from now on (ThingsBoard outdates them
+/// the same way); other sessions of the user are untouched.
+async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Result<StatusCode, ApiError> {
+    let token =
+        bearer_token(&headers).ok_or_else(|| ApiError::unauthorized("Authentication failed"))?;
+    let claims = state.auth.verify(token).map_err(token_error)?;
+    let caller = CurrentUser::from_claims(&claims)?;
+    ensure_active(&state, caller.user_id).await?;
+    state.auth.end_session(&claims.session_id, token::now_s());
+    Ok(StatusCode::OK)
 }
 
 #[cfg(test)]

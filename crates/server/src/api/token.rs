@@ -5,12 +5,14 @@
 //! the config, or is generated on first start and kept in `data_dir/jwt.secret` (mode 0600) so tokens
 //! survive a restart.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use fleetwire_entities::User;
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use parking_lot::Mutex;
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -93,6 +95,9 @@ pub struct Auth {
     validation: Validation,
     access_ttl_s: u64,
     refresh_ttl_s: u64,
+    /// Sessions ended by a logout, with when their last token expires (then they are forgotten). In memory, as
+    /// ThingsBoard's token-outdating cache: a restart forgets them.
+    ended_sessions: Mutex<HashMap<String, u64>>,
 }
 
 pub fn now_s() -> u64 {
@@ -154,7 +159,18 @@ impl Auth {
             validation,
             access_ttl_s,
             refresh_ttl_s,
+            ended_sessions: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Ends a session (a logout): its access and refresh tokens are refused from now on.
+    pub fn end_session(&self, session_id: &str, now_s: u64) {
+        let mut ended = self.ended_sessions.lock();
+        ended.retain(|_, until| *until > now_s);
+        ended.insert(
+            session_id.to_string(),
+            now_s + self.access_ttl_s.max(self.refresh_ttl_s),
+        );
     }
 
     /// A new access + refresh pair for `user` in a new session, issued at `now_s`.
@@ -212,14 +228,19 @@ impl Auth {
             .map_err(|e| AuthError::Sign(e.to_string()))
     }
 
-    /// Verifies signature, issuer and expiry; the caller checks the token kind.
+    /// Verifies signature, issuer and expiry, and that the session was not ended by a logout (its tokens are
+    /// then outdated: `Expired`, as ThingsBoard answers); the caller checks the token kind.
     pub fn verify(&self, token: &str) -> Result<Claims, TokenError> {
-        jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
+        let claims = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
             .map(|data| data.claims)
             .map_err(|e| match e.kind() {
                 ErrorKind::ExpiredSignature => TokenError::Expired,
                 _ => TokenError::Invalid,
-            })
+            })?;
+        if self.ended_sessions.lock().contains_key(&claims.session_id) {
+            return Err(TokenError::Expired);
+        }
+        Ok(claims)
     }
 }
 
