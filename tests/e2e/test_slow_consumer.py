@@ -13,13 +13,17 @@ test_websocket.py.)
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 import time
 
+import pytest
+import requests
+
 from harness import FleetwireServer, eventually
 from mqtt_device import PahoDevice
-from raw_mqtt import (DISCONNECT, PUBLISH, SUBACK, Closed, RawClient, disconnect_reason, receive_maximum,
-                      subscribe)
+from raw_mqtt import (DISCONNECT, PUBACK, PUBLISH, SUBACK, Closed, RawClient, disconnect_reason, packet,
+                      receive_maximum, subscribe)
 
 ATTRIBUTES = "v1/devices/me/attributes"
 OUTBOX_UPDATES_MAX = 1024
@@ -67,6 +71,47 @@ def test_a_subscriber_that_never_acknowledges_gets_its_receive_maximum_then_is_d
     expected = set(range(0, total, 20))
     eventually(lambda: _assert_superset(received_ns(ok), expected))
     ok.close()
+
+
+def test_rpc_requests_stay_within_the_receive_maximum(server):
+    """Server-side RPC requests count against the device's Receive Maximum like attribute updates: with a window of
+    2, the third waits in the session's outbox until a PUBACK, and none is lost."""
+    device = server.create_device()
+    headers = dict(server.http.headers)
+    with RawClient(server.host, server.mqtt_port, timeout_s=10) as raw:
+        assert raw.connect(5, device.token, client_id="rpc-window", properties=receive_maximum(2)) == 0
+        raw.send(subscribe(5, 1, [("v1/devices/me/rpc/request/+", 1)]))
+        assert raw.expect(SUBACK).body[-1] == 1
+        statuses: list[int] = []
+
+        def call(n: int) -> None:
+            resp = requests.post(f"{server.base_url}/api/rpc/oneway/{device.id}", headers=headers, timeout=30,
+                                 json={"method": f"m{n}", "params": {}, "timeout": 20000})
+            statuses.append(resp.status_code)
+        callers = [threading.Thread(target=call, args=(n,)) for n in range(5)]
+        for caller in callers:
+            caller.start()
+
+        def packet_id(publish) -> int:
+            topic_len = struct.unpack("!H", publish.body[:2])[0]
+            return struct.unpack("!H", publish.body[2 + topic_len:4 + topic_len])[0]
+
+        in_flight = [raw.expect(PUBLISH), raw.expect(PUBLISH)]
+        with pytest.raises(TimeoutError):
+            raw.read_packet(timeout_s=1.0)
+        received = len(in_flight)
+        while in_flight:
+            raw.send(packet(PUBACK, 0, struct.pack("!H", packet_id(in_flight.pop(0)))))
+            if received < 5:
+                in_flight.append(raw.expect(PUBLISH))
+                received += 1
+                if len(in_flight) == 2 and received < 5:
+                    with pytest.raises(TimeoutError):
+                        raw.read_packet(timeout_s=0.3)
+        assert received == 5
+        for caller in callers:
+            caller.join(timeout=30)
+        assert statuses == [200] * 5, statuses
 
 
 def test_a_subscriber_that_never_reads_is_dropped_and_nobody_else_notices(server):

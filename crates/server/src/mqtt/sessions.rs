@@ -147,9 +147,11 @@ impl RpcOutbox {
         }
     }
 
-    /// Takes the queued requests.
-    pub fn drain(&self) -> VecDeque<RpcRequest> {
-        std::mem::take(&mut *self.queue.lock())
+    /// Takes at most `n` of the queued requests, oldest first.
+    pub fn drain_up_to(&self, n: usize) -> Vec<RpcRequest> {
+        let mut queue = self.queue.lock();
+        let n = n.min(queue.len());
+        queue.drain(..n).collect()
     }
 
     /// Queues a reply to publish on `topic` and wakes the session. At most [`RPC_OUTBOX_MAX`] wait; more
@@ -198,8 +200,10 @@ impl RpcOutbox {
     }
 
     /// Takes the queued replies.
-    pub fn drain_replies(&self) -> Vec<(String, Bytes)> {
-        std::mem::take(&mut *self.replies.lock())
+    pub fn drain_replies_up_to(&self, n: usize) -> Vec<(String, Bytes)> {
+        let mut replies = self.replies.lock();
+        let n = n.min(replies.len());
+        replies.drain(..n).collect()
     }
 }
 

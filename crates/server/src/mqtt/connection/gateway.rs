@@ -541,33 +541,44 @@ impl Conn<'_> {
         let Some(gateway) = &self.gateway_state else {
             return;
         };
-        let pushes = std::mem::take(&mut *gateway.outbox.queue.lock());
+        let outbox = gateway.outbox.clone();
+        // Within the receive window: the rest waits in the outbox for PUBACKs (which call this again).
+        let take = |room: usize| -> Vec<(Arc<str>, Push)> {
+            let mut queue = outbox.queue.lock();
+            let n = room.min(queue.len());
+            queue.drain(..n).collect()
+        };
+        let mut pushes = take(self.send_room());
         if pushes.is_empty() {
             return;
         }
         // RPC requests handed to the gateway count as acknowledged: its PUBACK is for the whole message.
         let mut delivered = Vec::new();
-        for (name, push) in pushes {
-            let (topic, body) = match push {
-                Push::Attributes { body, keys } => {
-                    metrics::sent(
-                        metrics::OutTransport::Gateway,
-                        metrics::Out::AttributeUpdate,
-                        keys,
-                    );
-                    let data: JsonValue = serde_json::from_slice(&body).unwrap_or(JsonValue::Null);
-                    (
-                        "v1/gateway/attributes",
-                        json!({"device": &*name, "data": data}),
-                    )
-                }
-                Push::Rpc(request) => {
-                    delivered.push((name.clone(), request.id));
-                    let data = json!({"id": request.id, "method": request.method, "params": request.params});
-                    ("v1/gateway/rpc", json!({"device": &*name, "data": data}))
-                }
-            };
-            let _ = self.publish_to_device(topic.into(), Bytes::from(body.to_string()));
+        while !pushes.is_empty() {
+            for (name, push) in std::mem::take(&mut pushes) {
+                let (topic, body) = match push {
+                    Push::Attributes { body, keys } => {
+                        metrics::sent(
+                            metrics::OutTransport::Gateway,
+                            metrics::Out::AttributeUpdate,
+                            keys,
+                        );
+                        let data: JsonValue =
+                            serde_json::from_slice(&body).unwrap_or(JsonValue::Null);
+                        (
+                            "v1/gateway/attributes",
+                            json!({"device": &*name, "data": data}),
+                        )
+                    }
+                    Push::Rpc(request) => {
+                        delivered.push((name.clone(), request.id));
+                        let data = json!({"id": request.id, "method": request.method, "params": request.params});
+                        ("v1/gateway/rpc", json!({"device": &*name, "data": data}))
+                    }
+                };
+                let _ = self.publish_to_device(topic.into(), Bytes::from(body.to_string()));
+            }
+            pushes = take(self.send_room());
         }
         for (name, id) in &delivered {
             if let Some(device) = self

@@ -51,18 +51,26 @@ impl Conn<'_> {
         self.publish_gateway_pushes();
     }
 
-    /// Publishes the queued RPC requests on `…/request/{id}` of the topic family it subscribed with.
+    /// How many more QoS 1 publishes the device's receive window takes now (MQTT 5 Receive Maximum).
+    pub(super) fn send_room(&self) -> usize {
+        usize::from(self.send_window.saturating_sub(self.unacked))
+    }
+
+    /// Publishes the queued RPC requests on `…/request/{id}` of the topic family it subscribed with, and the
+    /// queued replies to its own requests, within the receive window: the rest waits in the outbox for PUBACKs
+    /// (which call this again).
     fn publish_rpc_requests(&mut self) {
         let Some(outbox) = self.rpc_requests.clone() else {
             return;
         };
-        let replies = outbox.drain_replies();
-        let requests = outbox.drain();
-        for (topic, body) in replies {
-            let _ = self.publish_to_device(topic, body);
-        }
-        if requests.is_empty() {
-            return;
+        loop {
+            let replies = outbox.drain_replies_up_to(self.send_room());
+            if replies.is_empty() {
+                break;
+            }
+            for (topic, body) in replies {
+                let _ = self.publish_to_device(topic, body);
+            }
         }
         let Some(prefix) = self
             .subscriptions
@@ -74,15 +82,26 @@ impl Conn<'_> {
         else {
             return;
         };
-        for request in requests {
-            match self.publish_to_device(format!("{prefix}{}", request.id), request.mqtt_body()) {
-                Some(pkid) => outbox.sent(pkid, request.id),
-                // QoS 0: nothing will acknowledge it.
-                None => self.state.rpcs.acked(self.device_id, request.id),
+        let mut published = false;
+        loop {
+            let requests = outbox.drain_up_to(self.send_room());
+            if requests.is_empty() {
+                break;
+            }
+            published = true;
+            for request in requests {
+                let topic = format!("{prefix}{}", request.id);
+                match self.publish_to_device(topic, request.mqtt_body()) {
+                    Some(pkid) => outbox.sent(pkid, request.id),
+                    // QoS 0: nothing will acknowledge it.
+                    None => self.state.rpcs.acked(self.device_id, request.id),
+                }
             }
         }
-        // The outbox has room again for what waits in the device's queue.
-        self.state.rpcs.retry(self.device_id);
+        if published {
+            // The outbox has room again for what waits in the device's queue.
+            self.state.rpcs.retry(self.device_id);
+        }
     }
 
     /// Publishes the SHARED attribute updates queued for this device on the topic it subscribed them with.
