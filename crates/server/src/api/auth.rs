@@ -33,6 +33,8 @@ pub struct CurrentUser {
     pub customer_id: Uuid,
     pub authority: Authority,
     pub email: String,
+    /// The login session the token belongs to (a logout ends it).
+    pub session_id: String,
 }
 
 impl CurrentUser {
@@ -61,7 +63,7 @@ impl CurrentUser {
     }
 
     /// Builds the caller from verified access-token claims; refresh tokens are refused.
-    pub fn from_claims(claims: &Claims) -> Result<CurrentUser, ApiError> {
+    pub fn from_claims(claims: Claims) -> Result<CurrentUser, ApiError> {
         let invalid = || ApiError::unauthorized("Authentication failed");
         if claims.is_refresh() {
             return Err(invalid());
@@ -79,7 +81,8 @@ impl CurrentUser {
             tenant_id: id(&claims.tenant_id)?,
             customer_id: id(&claims.customer_id)?,
             authority,
-            email: claims.sub.clone(),
+            email: claims.sub,
+            session_id: claims.session_id,
         })
     }
 }
@@ -114,7 +117,7 @@ impl FromRequestParts<AppState> for CurrentUser {
         let token = bearer_token(&parts.headers)
             .ok_or_else(|| ApiError::unauthorized("Authentication failed"))?;
         let claims = state.auth.verify(token).map_err(token_error)?;
-        let user = CurrentUser::from_claims(&claims)?;
+        let user = CurrentUser::from_claims(claims)?;
         ensure_active(state, user.user_id).await?;
         Ok(user)
     }
@@ -243,14 +246,9 @@ async fn current_user(
 
 /// Ends the caller's session: its access and refresh tokens are refused from now on (ThingsBoard outdates them
 /// the same way); other sessions of the user are untouched.
-async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Result<StatusCode, ApiError> {
-    let token =
-        bearer_token(&headers).ok_or_else(|| ApiError::unauthorized("Authentication failed"))?;
-    let claims = state.auth.verify(token).map_err(token_error)?;
-    let caller = CurrentUser::from_claims(&claims)?;
-    ensure_active(&state, caller.user_id).await?;
-    state.auth.end_session(&claims.session_id, token::now_s());
-    Ok(StatusCode::OK)
+async fn logout(State(state): State<AppState>, caller: CurrentUser) -> StatusCode {
+    state.auth.end_session(&caller.session_id, token::now_s());
+    StatusCode::OK
 }
 
 #[cfg(test)]

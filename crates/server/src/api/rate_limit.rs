@@ -30,7 +30,7 @@ fn refusal(state: &AppState, request: &Request) -> Option<ApiError> {
     }
     let token = bearer_token(request.headers())?;
     let claims = state.auth.verify(token).ok()?;
-    let user = CurrentUser::from_claims(&claims).ok()?;
+    let user = CurrentUser::from_claims(claims).ok()?;
     let customer = match user.authority {
         Authority::SysAdmin => return None,
         Authority::TenantAdmin => None,

@@ -58,7 +58,7 @@ async fn authenticate(state: &AppState, token: &str) -> Result<CurrentUser, ApiE
         .auth
         .verify(token)
         .map_err(|_| ApiError::unauthorized("Authentication failed"))?;
-    let user = CurrentUser::from_claims(&claims)?;
+    let user = CurrentUser::from_claims(claims)?;
     crate::api::auth::ensure_active(state, user.user_id).await?;
     Ok(user)
 }
