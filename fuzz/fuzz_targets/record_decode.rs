@@ -5,11 +5,13 @@
 //!   byte per boolean, known flags only).
 //! - A record built from the same bytes with `arbitrary`: it must encode to `encoded_len()`
 //!   bytes, decode to itself, refuse every prefix as truncated and refuse a trailing byte.
+//! - Both: the processors' `decode_telemetry_into`, which reuses the groups of the previous record,
+//!   agrees with `Record::decode` on telemetry (value and error) and leaves other kinds to it.
 
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
-use fleetwire_model::record::AttributeScope;
+use fleetwire_model::record::{decode_telemetry_into, AttributeScope};
 use fleetwire_model::{Kv, Record, RecordError, TsRecord, Value};
 use libfuzzer_sys::fuzz_target;
 
@@ -145,7 +147,39 @@ fn encode(record: &Record) -> Vec<u8> {
     out
 }
 
+/// `decode_telemetry_into` against `Record::decode`, with whatever `scratch` holds from before.
+fn check_into(bytes: &[u8], scratch: &mut Vec<TsRecord>) {
+    match (Record::decode(bytes), decode_telemetry_into(bytes, scratch)) {
+        (Ok(Record::Telemetry { entity, records }), Ok(Some(into))) => {
+            assert_eq!(into, entity);
+            // Debug is exact for every f64 but NaN.
+            assert_eq!(format!("{scratch:?}"), format!("{records:?}"));
+        }
+        (Ok(Record::Telemetry { .. }), other) => panic!("telemetry decoded into {other:?}"),
+        (Ok(_), Ok(None)) => {}
+        // The same reader fails the same way; a broken record of another kind is left to `decode`.
+        (Err(decode), Err(into)) => assert_eq!(decode, into),
+        (Err(_), Ok(None)) => {}
+        (decode, into) => panic!("decode gave {decode:?}, decode_telemetry_into {into:?}"),
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
+    let mut scratch = vec![
+        TsRecord {
+            ts: 0,
+            kvs: vec![
+                Kv {
+                    key: "left over".into(),
+                    value: Value::Str("x".into()),
+                };
+                3
+            ],
+        };
+        2
+    ];
+    check_into(data, &mut scratch);
+
     // Arbitrary bytes.
     if let Ok(decoded) = Record::decode(data) {
         assert_eq!(
@@ -168,6 +202,7 @@ fuzz_target!(|data: &[u8]| {
     // Debug is exact for every f64 but NaN, whose bits the byte comparison checks.
     assert_eq!(format!("{decoded:?}"), format!("{original:?}"));
     assert_eq!(encode(&decoded), bytes);
+    check_into(&bytes, &mut scratch);
     // Truncation is always detected, wherever the cut (a few cuts, to stay fast on long records).
     let cuts = [0, 1, 18, bytes.len() / 2, bytes.len() - 1];
     for cut in cuts.into_iter().filter(|&cut| cut < bytes.len()) {

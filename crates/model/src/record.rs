@@ -312,6 +312,47 @@ impl Record {
     }
 }
 
+/// Decodes `bytes` into `records` when they hold a telemetry record, reusing the groups, entry vectors and
+/// key strings `records` already holds, so that a processor applying a stream of records does not
+/// allocate for each one. Returns the record's entity, or `None` (and `records` untouched) when the record
+/// is of another kind; decode those with [`Record::decode`]. Errors are those of [`Record::decode`]; on an
+/// error `records` holds garbage.
+pub fn decode_telemetry_into(
+    bytes: &[u8],
+    records: &mut Vec<TsRecord>,
+) -> Result<Option<u128>, RecordError> {
+    let mut reader = Reader { bytes, pos: 0 };
+    let version = reader.u8()?;
+    if version != RECORD_VERSION {
+        return Err(RecordError::Version(version));
+    }
+    if reader.u8()? != KIND_TELEMETRY {
+        return Ok(None);
+    }
+    let entity = u128::from_be_bytes(reader.array::<16>()?);
+    // Each group takes at least two bytes (ts and count).
+    let count = reader.count(2)?;
+    records.truncate(count);
+    for i in 0..count {
+        let ts = reader.zigzag()?;
+        match records.get_mut(i) {
+            Some(record) => {
+                record.ts = ts;
+                reader.kvs_into(&mut record.kvs)?;
+            }
+            None => {
+                let mut kvs = Vec::new();
+                reader.kvs_into(&mut kvs)?;
+                records.push(TsRecord { ts, kvs });
+            }
+        }
+    }
+    match bytes.len() - reader.pos {
+        0 => Ok(Some(entity)),
+        count => Err(RecordError::TrailingBytes { count }),
+    }
+}
+
 /// Appends a telemetry record straight from parsed groups, without building a [`Record`].
 pub fn encode_telemetry(entity: u128, records: &[TsRecord], out: &mut Vec<u8>) {
     out.reserve(telemetry_len(records));
@@ -547,43 +588,67 @@ impl Reader<'_> {
         }
     }
 
-    fn string(&mut self) -> Result<String, RecordError> {
+    fn str(&mut self) -> Result<&str, RecordError> {
         let len = self.count(1)?;
         let offset = self.pos;
         let bytes = self.slice(len)?;
-        match std::str::from_utf8(bytes) {
-            Ok(s) => Ok(s.to_owned()),
-            Err(_) => Err(RecordError::Utf8 { offset }),
-        }
+        std::str::from_utf8(bytes).map_err(|_| RecordError::Utf8 { offset })
+    }
+
+    fn string(&mut self) -> Result<String, RecordError> {
+        self.str().map(str::to_owned)
     }
 
     fn kvs(&mut self) -> Result<Vec<Kv>, RecordError> {
+        let mut kvs = Vec::new();
+        self.kvs_into(&mut kvs)?;
+        Ok(kvs)
+    }
+
+    /// Decodes entries into `kvs`, reusing the entries (and their key strings) it holds.
+    fn kvs_into(&mut self, kvs: &mut Vec<Kv>) -> Result<(), RecordError> {
         // Each entry takes at least three bytes (key length, type, value).
         let count = self.count(3)?;
-        let mut kvs = Vec::with_capacity(count);
-        for _ in 0..count {
-            let key = self.string()?;
-            let offset = self.pos;
-            let value = match self.u8()? {
-                TYPE_BOOLEAN => match self.u8()? {
-                    0 => Value::Bool(false),
-                    1 => Value::Bool(true),
-                    value => {
-                        return Err(RecordError::Bool {
-                            value,
-                            offset: offset + 1,
-                        })
-                    }
-                },
-                TYPE_LONG => Value::Long(self.zigzag()?),
-                TYPE_DOUBLE => Value::Double(f64::from_le_bytes(self.array::<8>()?)),
-                TYPE_STRING => Value::Str(self.string()?),
-                TYPE_JSON => Value::Json(self.string()?),
-                value_type => return Err(RecordError::ValueType { value_type, offset }),
-            };
-            kvs.push(Kv { key, value });
+        kvs.truncate(count);
+        kvs.reserve_exact(count - kvs.len());
+        for i in 0..count {
+            match kvs.get_mut(i) {
+                Some(kv) => {
+                    let key = self.str()?;
+                    kv.key.clear();
+                    kv.key.push_str(key);
+                    kv.value = self.value()?;
+                }
+                None => {
+                    let key = self.string()?;
+                    let value = self.value()?;
+                    kvs.push(Kv { key, value });
+                }
+            }
         }
-        Ok(kvs)
+        Ok(())
+    }
+
+    fn value(&mut self) -> Result<Value, RecordError> {
+        let offset = self.pos;
+        let value = match self.u8()? {
+            TYPE_BOOLEAN => match self.u8()? {
+                0 => Value::Bool(false),
+                1 => Value::Bool(true),
+                value => {
+                    return Err(RecordError::Bool {
+                        value,
+                        offset: offset + 1,
+                    })
+                }
+            },
+            TYPE_LONG => Value::Long(self.zigzag()?),
+            TYPE_DOUBLE => Value::Double(f64::from_le_bytes(self.array::<8>()?)),
+            TYPE_STRING => Value::Str(self.string()?),
+            TYPE_JSON => Value::Json(self.string()?),
+            value_type => return Err(RecordError::ValueType { value_type, offset }),
+        };
+        Ok(value)
     }
 }
 
@@ -603,6 +668,60 @@ mod tests {
             key: key.to_owned(),
             value,
         }
+    }
+
+    #[test]
+    fn telemetry_decodes_into_reused_groups_as_decode_does() {
+        let big = Record::Telemetry {
+            entity: 7,
+            records: vec![
+                TsRecord {
+                    ts: 1,
+                    kvs: vec![
+                        kv("temperature", Value::Double(21.5)),
+                        kv("label", Value::Str("a".into())),
+                        kv("on", Value::Bool(true)),
+                    ],
+                },
+                TsRecord {
+                    ts: -2,
+                    kvs: vec![kv("j", Value::Json("{\"x\":1}".into()))],
+                },
+            ],
+        };
+        let small = Record::Telemetry {
+            entity: 9,
+            records: vec![TsRecord {
+                ts: 3,
+                kvs: vec![kv("t", Value::Long(-5))],
+            }],
+        };
+        let mut scratch = Vec::new();
+        // Growing from nothing, shrinking, and growing again over what is left.
+        for record in [&big, &small, &big] {
+            let entity = decode_telemetry_into(&encoded(record), &mut scratch).unwrap();
+            let Record::Telemetry { entity: e, records } = record else {
+                unreachable!()
+            };
+            assert_eq!(entity, Some(*e));
+            assert_eq!(&scratch, records);
+        }
+        // Another kind leaves the scratch as it was; garbage is an error.
+        let other = Record::AttributesDeleted {
+            entity: 1,
+            scope: AttributeScope::Shared,
+            ts: 5,
+            keys: vec!["k".into()],
+        };
+        assert_eq!(
+            decode_telemetry_into(&encoded(&other), &mut scratch),
+            Ok(None)
+        );
+        assert_eq!(scratch.len(), 2);
+        let mut bytes = encoded(&small);
+        bytes.push(0);
+        assert!(decode_telemetry_into(&bytes, &mut scratch).is_err());
+        assert!(decode_telemetry_into(&[RECORD_VERSION + 1], &mut scratch).is_err());
     }
 
     #[test]

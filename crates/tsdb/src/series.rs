@@ -75,10 +75,11 @@ impl SeriesState {
 /// The series of one entity, in key order (`keys()` returns them in this order).
 pub(crate) type EntitySeries = BTreeMap<Box<str>, SeriesState>;
 
-/// One lock's worth of entities.
+/// One lock's worth of entities. Entity ids are server-made UUIDs, so the map hashes them with
+/// foldhash instead of SipHash: the lookup runs for every record a processor applies.
 #[derive(Debug, Default)]
 pub(crate) struct Shard {
-    pub(crate) entities: HashMap<u128, EntitySeries>,
+    pub(crate) entities: HashMap<u128, EntitySeries, foldhash::fast::RandomState>,
 }
 
 impl Shard {

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::head::Source;
 use crate::latest::Latest;
 use crate::query::{self, Query};
-use crate::series::{SeriesId, SeriesState, Shard};
+use crate::series::{EntitySeries, SeriesId, SeriesState, Shard};
 use crate::store::{ChunkStats, Store, WriteState};
 
 /// Configuration of the store.
@@ -142,13 +142,23 @@ impl Tsdb {
         key: &str,
     ) -> Result<&'a mut SeriesState> {
         let keys = shard.entities.entry(entity).or_default();
-        if !keys.contains_key(key) {
-            let id = SeriesId(self.next_series_id.fetch_add(1, Ordering::Relaxed));
-            self.store.insert_series(id, entity, key)?;
-            keys.insert(key.into(), SeriesState::new(id));
+        if keys.contains_key(key) {
+            // Checked just above under the same lock.
+            return Ok(keys.get_mut(key).expect("series present"));
         }
-        // Inserted just above under the same lock.
-        Ok(keys.get_mut(key).expect("series present"))
+        self.new_series(keys, entity, key)
+    }
+
+    /// Creates the series `key` of `entity` (absent from `keys`), recording it in the store first.
+    fn new_series<'a>(
+        &self,
+        keys: &'a mut EntitySeries,
+        entity: u128,
+        key: &str,
+    ) -> Result<&'a mut SeriesState> {
+        let id = SeriesId(self.next_series_id.fetch_add(1, Ordering::Relaxed));
+        self.store.insert_series(id, entity, key)?;
+        Ok(keys.entry(key.into()).or_insert(SeriesState::new(id)))
     }
 
     /// Writes one point. An equal (series, ts) replaces the value: writes are idempotent, so
@@ -181,11 +191,20 @@ impl Tsdb {
     /// Writes all records of one device message (one ingest-log record), taking the lock once.
     pub fn write_records(&self, source: Source, entity: u128, records: &[TsRecord]) -> Result<()> {
         self.store.check_writable()?;
+        if records.iter().all(|r| r.kvs.is_empty()) {
+            return Ok(());
+        }
         let mut shard = self.shard(entity);
+        // One entity lookup for the whole message, and one key lookup per value once its series exists.
+        let keys = shard.entities.entry(entity).or_default();
         for record in records {
             for kv in &record.kvs {
-                let state = self.series(&mut shard, entity, &kv.key)?;
-                self.apply(state, source, record.ts, &kv.value)?;
+                if let Some(state) = keys.get_mut(kv.key.as_str()) {
+                    self.apply(state, source, record.ts, &kv.value)?;
+                } else {
+                    let state = self.new_series(keys, entity, &kv.key)?;
+                    self.apply(state, source, record.ts, &kv.value)?;
+                }
             }
         }
         Ok(())

@@ -58,6 +58,8 @@ struct WithRules {
 /// Of one device: alarm type → the active alarm its pending transitions leave (`None`: cleared).
 type PendingAlarms = Vec<(Arc<str>, Option<ActiveAlarm>)>;
 
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 pub(super) struct AlarmRules {
     entities: Entities,
     activity: Arc<Activity>,
@@ -65,7 +67,8 @@ pub(super) struct AlarmRules {
     profiles_generation: Arc<AtomicU64>,
     seen_profiles: u64,
     profiles: HashMap<Uuid, Option<Arc<ProfileAlarms>>>,
-    devices: HashMap<Uuid, Tracked>,
+    /// Looked up for every record applied; device ids are server-made UUIDs, so foldhash, not SipHash.
+    devices: FastMap<Uuid, Tracked>,
     last_tick: i64,
     partition: u16,
     /// Transitions not yet written, in order.
@@ -73,7 +76,7 @@ pub(super) struct AlarmRules {
     /// When the oldest pending transition was made (wall clock, ms).
     pending_since: i64,
     /// What `pending` will make of the store's active alarms: device → (type, active alarm or none).
-    overlay: HashMap<Uuid, PendingAlarms>,
+    overlay: FastMap<Uuid, PendingAlarms>,
     /// Records below this offset had their transitions written before a restart.
     watermark: u64,
     /// The log offset after the last applied record: the watermark the next batch writes.
@@ -115,12 +118,12 @@ impl AlarmRules {
             seen_profiles: profiles_generation.load(Ordering::Acquire),
             profiles_generation,
             profiles: HashMap::new(),
-            devices: HashMap::new(),
+            devices: FastMap::default(),
             last_tick: 0,
             partition,
             pending: Vec::new(),
             pending_since: 0,
-            overlay: HashMap::new(),
+            overlay: FastMap::default(),
             watermark: 0,
             position: 0,
             replayed: false,
@@ -223,10 +226,12 @@ impl AlarmRules {
     ) {
         self.follow_changes();
         // The common case, a known device without rules, costs one lookup.
-        if let Some(Tracked { rules: None, .. }) = self.devices.get(&device) {
-            return;
-        }
-        if !self.devices.contains_key(&device) {
+        let known = match self.devices.get(&device) {
+            Some(Tracked { rules: None, .. }) => return,
+            Some(_) => true,
+            None => false,
+        };
+        if !known {
             // First record of this device since start or since its rules changed.
             let Some(auth) = self.entities.device_auth(device) else {
                 return;

@@ -190,6 +190,7 @@ impl Ingest {
                 head_log_bytes_max: head_log_bytes_max(config) / u64::from(partitions),
                 quiet_below: 0,
                 first_failed: None,
+                scratch: Vec::new(),
             };
             let handle = std::thread::Builder::new()
                 .name(format!("processor-{partition}"))

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use std::collections::VecDeque;
 
 use fleetwire_log::Log;
-use fleetwire_model::record::AttributeScope;
-use fleetwire_model::Record;
+use fleetwire_model::record::{self, AttributeScope};
+use fleetwire_model::{Record, TsRecord};
 use fleetwire_tsdb::{Source, Tsdb};
 use uuid::Uuid;
 
@@ -54,6 +54,8 @@ pub(super) struct Processor {
     pub quiet_below: u64,
     /// The first record since the processor started that could not be applied (the store refused it).
     pub first_failed: Option<u64>,
+    /// The groups of the last telemetry record applied; the next one is decoded into their allocations.
+    pub scratch: Vec<TsRecord>,
 }
 
 /// Why [`Processor::run_inner`] returned.
@@ -253,32 +255,87 @@ impl Processor {
             partition: self.partition,
             pos: offset,
         };
-        let events = &self.events;
         let publish = offset >= self.quiet_below;
-        let result = match Record::decode(bytes) {
-            Ok(Record::Telemetry { entity, records }) => {
-                let written = self.tsdb.write_records(source, entity, &records);
-                let device = Uuid::from_u128(entity);
-                if written.is_ok() {
-                    self.alarms.on_input(
-                        &self.tsdb,
-                        &self.attributes,
-                        device,
-                        Input::Telemetry(&records),
-                        now,
-                    );
+        // Telemetry, nearly every record, is decoded into the groups of the previous one: no allocation.
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let result = match record::decode_telemetry_into(bytes, &mut scratch) {
+            Ok(Some(entity)) => self.apply_telemetry(source, entity, &scratch, publish, now),
+            Ok(None) => match Record::decode(bytes) {
+                Ok(record) => self.apply_other(source, record, publish, now),
+                Err(e) => {
+                    self.undecodable(offset, &e);
+                    Ok(())
                 }
-                if written.is_ok() && publish && events.wants(device, Interest::TELEMETRY) {
-                    events.publish(device, &Update::Telemetry(Arc::new(records)));
-                }
-                written.map_err(super::IngestError::from)
+            },
+            Err(e) => {
+                self.undecodable(offset, &e);
+                Ok(())
             }
-            Ok(Record::Attributes {
+        };
+        self.scratch = scratch;
+        if let Err(e) = result {
+            // The store is poisoned; the record stays in the log (the checkpoint cannot pass it) and is
+            // replayed once the store is reopened, or after a restart.
+            // One line when the store starts refusing, not one per record while it does.
+            let refused = matches!(e, super::IngestError::Tsdb(fleetwire_tsdb::Error::Poisoned));
+            if refused && self.first_failed.is_some() {
+                tracing::debug!(partition = self.partition, offset, error = %e, "cannot apply a log record");
+            } else {
+                crate::sustained_warn!(partition = self.partition, offset, error = %e, "cannot apply a log record");
+            }
+            self.first_failed.get_or_insert(offset);
+        }
+    }
+
+    fn apply_telemetry(
+        &mut self,
+        source: Source,
+        entity: u128,
+        records: &[TsRecord],
+        publish: bool,
+        now: i64,
+    ) -> Result<(), super::IngestError> {
+        self.tsdb.write_records(source, entity, records)?;
+        let device = Uuid::from_u128(entity);
+        self.alarms.on_input(
+            &self.tsdb,
+            &self.attributes,
+            device,
+            Input::Telemetry(records),
+            now,
+        );
+        if publish && self.events.wants(device, Interest::TELEMETRY) {
+            self.events
+                .publish(device, &Update::Telemetry(Arc::new(records.to_vec())));
+        }
+        Ok(())
+    }
+
+    /// Records are validated before they are appended and CRC-checked by the log, so an undecodable one
+    /// was written by a newer version: it is skipped loudly rather than stopping the partition.
+    fn undecodable(&self, offset: u64, e: &record::RecordError) {
+        tracing::error!(partition = self.partition, offset, error = %e, "undecodable log record");
+    }
+
+    /// A record other than telemetry (which [`record::decode_telemetry_into`] takes).
+    fn apply_other(
+        &mut self,
+        source: Source,
+        record: Record,
+        publish: bool,
+        now: i64,
+    ) -> Result<(), super::IngestError> {
+        let events = &self.events;
+        match record {
+            Record::Telemetry { entity, records } => {
+                self.apply_telemetry(source, entity, &records, publish, now)
+            }
+            Record::Attributes {
                 entity,
                 scope,
                 ts,
                 kvs,
-            }) => {
+            } => {
                 self.attributes.apply(entity, scope, ts, &kvs);
                 let device = Uuid::from_u128(entity);
                 self.alarms.on_input(
@@ -307,12 +364,12 @@ impl Processor {
                 }
                 Ok(())
             }
-            Ok(Record::AttributesDeleted {
+            Record::AttributesDeleted {
                 entity,
                 scope,
                 ts,
                 keys,
-            }) => {
+            } => {
                 self.attributes.delete(entity, scope, &keys);
                 let device = Uuid::from_u128(entity);
                 self.alarms.on_input(
@@ -340,14 +397,14 @@ impl Processor {
                 }
                 Ok(())
             }
-            Ok(Record::TelemetryDeleted {
+            Record::TelemetryDeleted {
                 entity,
                 keys,
                 start_ts,
                 end_ts,
                 delete_latest,
                 rewrite_latest,
-            }) => keys
+            } => keys
                 .iter()
                 .try_for_each(|key| {
                     self.tsdb
@@ -355,24 +412,6 @@ impl Processor {
                         .map(|_| ())
                 })
                 .map_err(super::IngestError::from),
-            // Records are validated before they are appended and CRC-checked by the log, so this means a
-            // record written by a newer version: skip it loudly rather than stop the partition.
-            Err(e) => {
-                tracing::error!(partition = self.partition, offset, error = %e, "undecodable log record");
-                Ok(())
-            }
-        };
-        if let Err(e) = result {
-            // The store is poisoned; the record stays in the log (the checkpoint cannot pass it) and is
-            // replayed once the store is reopened, or after a restart.
-            // One line when the store starts refusing, not one per record while it does.
-            let refused = matches!(e, super::IngestError::Tsdb(fleetwire_tsdb::Error::Poisoned));
-            if refused && self.first_failed.is_some() {
-                tracing::debug!(partition = self.partition, offset, error = %e, "cannot apply a log record");
-            } else {
-                crate::sustained_warn!(partition = self.partition, offset, error = %e, "cannot apply a log record");
-            }
-            self.first_failed.get_or_insert(offset);
         }
     }
 
