@@ -14,7 +14,7 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use fleetwire_model::{PayloadError, Record};
 use fleetwire_mqtt::{decode, encode, reason, Packet, Protocol, PubAck, Publish, QoS};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use uuid::Uuid;
 
@@ -288,7 +288,10 @@ impl Conn<'_> {
             // Reclaims the whole allocation once the previous read's payloads are dropped, which they are
             // by the time its packets are handled.
             shared.reserve(SHARED_READ_BYTES);
-            if !read_outcome(self.stream.try_read_buf(&mut (&mut *shared).limit(limit)))? {
+            if !read_outcome(try_read_drained(
+                &mut self.stream,
+                &mut (&mut *shared).limit(limit),
+            ))? {
                 return Ok(None);
             }
             let end = self.process(&mut shared, max);
@@ -308,7 +311,10 @@ impl Conn<'_> {
         limit: usize,
     ) -> Result<Option<End>, End> {
         buf.reserve(READ_CHUNK);
-        if !read_outcome(self.stream.try_read_buf(&mut (&mut *buf).limit(limit)))? {
+        if !read_outcome(try_read_drained(
+            &mut self.stream,
+            &mut (&mut *buf).limit(limit),
+        ))? {
             return Ok(None);
         }
         Ok(self.process(buf, max))
@@ -685,6 +691,21 @@ impl Conn<'_> {
                 .activity
                 .uplink(&self.state.ingest, self.device_id, now);
         }
+    }
+}
+
+/// A non-blocking read (`WouldBlock` when nothing is there) that, unlike `TcpStream::try_read_buf`, clears
+/// the socket's read readiness when the read comes back short of the room given: on epoll a short read
+/// shows the receive queue was drained, so the next wait for readability really waits. With
+/// `try_read_buf` that wait returned at once and a second `recvfrom` found nothing: two system calls per
+/// message where one does (tokio's own `poll_read` does this; it is polled once here with a no-op waker,
+/// and the wait that follows registers the real one).
+fn try_read_drained<B: BufMut>(stream: &mut TcpStream, buf: &mut B) -> std::io::Result<usize> {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let read = std::pin::pin!(stream.read_buf(buf));
+    match std::future::Future::poll(read, &mut cx) {
+        std::task::Poll::Ready(result) => result,
+        std::task::Poll::Pending => Err(std::io::ErrorKind::WouldBlock.into()),
     }
 }
 
