@@ -32,6 +32,9 @@ const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 /// come every SEAL_BUDGET and 256 records instead of every CHECKPOINT_INTERVAL, unless the heads pin more than twice
 /// `head_log_bytes_max` of the log: then they are all sealed at once, so the log stays within its budget.
 const SEAL_BUDGET: Duration = Duration::from_millis(250);
+/// Most groups, and entries per group, the decoding scratch keeps from one record to the next.
+const SCRATCH_GROUPS_MAX: usize = 16;
+const SCRATCH_ENTRIES_MAX: usize = 64;
 /// How long the processor sleeps waiting for new records before doing housekeeping anyway.
 const IDLE_WAIT: Duration = Duration::from_millis(100);
 
@@ -272,6 +275,14 @@ impl Processor {
                 Ok(())
             }
         };
+        // A large record's groups are not kept: they would stay allocated for the life of the processor.
+        if scratch.capacity() > SCRATCH_GROUPS_MAX
+            || scratch
+                .iter()
+                .any(|g| g.kvs.capacity() > SCRATCH_ENTRIES_MAX)
+        {
+            scratch = Vec::new();
+        }
         self.scratch = scratch;
         if let Err(e) = result {
             // The store is poisoned; the record stays in the log (the checkpoint cannot pass it) and is
