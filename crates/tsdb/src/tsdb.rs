@@ -180,12 +180,12 @@ impl Tsdb {
     /// Writes the values a device reported for one timestamp, taking the shard lock once.
     pub fn write_kvs(&self, source: Source, entity: u128, ts: i64, kvs: &[Kv]) -> Result<()> {
         self.store.check_writable()?;
-        let mut shard = self.shard(entity);
-        for kv in kvs {
-            let state = self.series(&mut shard, entity, &kv.key)?;
-            self.apply(state, source, ts, &kv.value)?;
+        if kvs.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        let mut shard = self.shard(entity);
+        let keys = shard.entities.entry(entity).or_default();
+        self.apply_group(keys, source, entity, ts, kvs)
     }
 
     /// Writes all records of one device message (one ingest-log record), taking the lock once.
@@ -195,16 +195,30 @@ impl Tsdb {
             return Ok(());
         }
         let mut shard = self.shard(entity);
-        // One entity lookup for the whole message, and one key lookup per value once its series exists.
+        // One entity lookup for the whole message.
         let keys = shard.entities.entry(entity).or_default();
         for record in records {
-            for kv in &record.kvs {
-                if let Some(state) = keys.get_mut(kv.key.as_str()) {
-                    self.apply(state, source, record.ts, &kv.value)?;
-                } else {
-                    let state = self.new_series(keys, entity, &kv.key)?;
-                    self.apply(state, source, record.ts, &kv.value)?;
-                }
+            self.apply_group(keys, source, entity, record.ts, &record.kvs)?;
+        }
+        Ok(())
+    }
+
+    /// Writes one timestamp's values into the series of `keys` (one entity's), creating the missing ones:
+    /// one key lookup per value once its series exists.
+    fn apply_group(
+        &self,
+        keys: &mut EntitySeries,
+        source: Source,
+        entity: u128,
+        ts: i64,
+        kvs: &[Kv],
+    ) -> Result<()> {
+        for kv in kvs {
+            if let Some(state) = keys.get_mut(kv.key.as_str()) {
+                self.apply(state, source, ts, &kv.value)?;
+            } else {
+                let state = self.new_series(keys, entity, &kv.key)?;
+                self.apply(state, source, ts, &kv.value)?;
             }
         }
         Ok(())
