@@ -79,15 +79,31 @@ pub async fn run_coarse_clock() {
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
 struct State {
     active: bool,
-    /// Changed since the last persist.
-    dirty: bool,
+    /// The keys changed since the last persist, one bit per entry of [`KEYS`] (see [`bit`]).
+    dirty: u8,
     last_activity: i64,
     last_connect: i64,
     last_disconnect: i64,
     inactivity_alarm: i64,
 }
 
+/// The bit of `key` in [`State::dirty`].
+fn bit(key: &str) -> u8 {
+    KEYS.iter().position(|k| *k == key).map_or(0, |i| 1 << i)
+}
+
+/// Every key: a device new to the tracker has all of them written once.
+const ALL_KEYS: u8 = (1 << KEYS.len()) - 1;
+
 impl State {
+    /// A device seen for the first time since it was created.
+    fn fresh() -> State {
+        State {
+            dirty: ALL_KEYS,
+            ..State::default()
+        }
+    }
+
     fn value(&self, key: &str) -> Option<Value> {
         Some(match key {
             ACTIVE => Value::Bool(self.active),
@@ -126,18 +142,20 @@ impl State {
     /// Records an uplink at `at`; true if the device just became active.
     fn uplink(&mut self, at: i64) -> bool {
         self.last_activity = self.last_activity.max(at);
-        self.dirty = true;
+        self.dirty |= bit(LAST_ACTIVITY_TIME);
         if self.active {
             return false;
         }
         self.active = true;
         self.inactivity_alarm = 0;
+        self.dirty |= bit(ACTIVE) | bit(INACTIVITY_ALARM_TIME);
         true
     }
 }
 
-/// Devices written per transaction by [`Activity::persist`].
-const PERSIST_CHUNK: usize = 512;
+/// Devices written per transaction by [`Activity::persist`]: in steady state one row each, their
+/// `lastActivityTime`.
+const PERSIST_CHUNK: usize = 1024;
 
 pub struct Activity {
     config: ActivityConfig,
@@ -190,8 +208,9 @@ impl Activity {
     pub fn connected(&self, ingest: &Ingest, device: Uuid, now: i64) {
         let became_active = {
             let mut devices = self.devices.lock();
-            let state = devices.entry(device).or_default();
+            let state = devices.entry(device).or_insert_with(State::fresh);
             state.last_connect = now;
+            state.dirty |= bit(LAST_CONNECT_TIME);
             state.uplink(now) && queue(ingest, device, true)
         };
         if became_active {
@@ -204,7 +223,11 @@ impl Activity {
     pub fn uplink(&self, ingest: &Ingest, device: Uuid, now: i64) {
         let became_active = {
             let mut devices = self.devices.lock();
-            devices.entry(device).or_default().uplink(now) && queue(ingest, device, true)
+            devices
+                .entry(device)
+                .or_insert_with(State::fresh)
+                .uplink(now)
+                && queue(ingest, device, true)
         };
         if became_active {
             publish(ingest, device, true, now);
@@ -220,7 +243,7 @@ impl Activity {
                 return;
             };
             state.last_disconnect = now;
-            state.dirty = true;
+            state.dirty |= bit(LAST_DISCONNECT_TIME);
             last_uplink.is_some_and(|at| state.uplink(at)) && queue(ingest, device, true)
         };
         if became_active {
@@ -232,9 +255,10 @@ impl Activity {
     pub fn http_request(&self, ingest: &Ingest, device: Uuid, now: i64) {
         let became_active = {
             let mut devices = self.devices.lock();
-            let state = devices.entry(device).or_default();
+            let state = devices.entry(device).or_insert_with(State::fresh);
             state.last_connect = now;
             state.last_disconnect = now;
+            state.dirty |= bit(LAST_CONNECT_TIME) | bit(LAST_DISCONNECT_TIME);
             state.uplink(now) && queue(ingest, device, true)
         };
         if became_active {
@@ -287,7 +311,7 @@ impl Activity {
                 }
                 state.active = false;
                 state.inactivity_alarm = now;
-                state.dirty = true;
+                state.dirty |= bit(ACTIVE) | bit(INACTIVITY_ALARM_TIME);
                 queue(ingest, device, false);
                 expired.push(device);
             }
@@ -306,15 +330,17 @@ impl Activity {
     ) -> Result<usize, crate::ingest::attributes::AttributeError> {
         let mut written = 0;
         loop {
+            // Each entry keeps the keys it had dirty; only those are written.
             let chunk: Vec<(Uuid, State)> = {
                 let mut devices = self.devices.lock();
                 devices
                     .iter_mut()
-                    .filter(|(_, s)| s.dirty)
+                    .filter(|(_, s)| s.dirty != 0)
                     .take(PERSIST_CHUNK)
                     .map(|(id, s)| {
-                        s.dirty = false;
-                        (*id, *s)
+                        let taken = *s;
+                        s.dirty = 0;
+                        (*id, taken)
                     })
                     .collect()
             };
@@ -324,19 +350,21 @@ impl Activity {
             let rows: Vec<(u128, &str, i64, Value)> = chunk
                 .iter()
                 .flat_map(|(id, state)| {
-                    KEYS.iter().filter_map(move |key| {
-                        state
-                            .value(key)
-                            .map(|v| (id.as_u128(), *key, state.updated(key), v))
-                    })
+                    KEYS.iter()
+                        .filter(|key| state.dirty & bit(key) != 0)
+                        .filter_map(move |key| {
+                            state
+                                .value(key)
+                                .map(|v| (id.as_u128(), *key, state.updated(key), v))
+                        })
                 })
                 .collect();
             if let Err(e) = store.write_rows(AttributeScope::Server, &rows) {
                 // Retried with the next batch.
                 let mut devices = self.devices.lock();
-                for (id, _) in &chunk {
+                for (id, taken) in &chunk {
                     if let Some(state) = devices.get_mut(id) {
-                        state.dirty = true;
+                        state.dirty |= taken.dirty;
                     }
                 }
                 return Err(e);
@@ -478,5 +506,51 @@ mod tests {
         state.set(INACTIVITY_ALARM_TIME, &Value::Long(7));
         assert_eq!(state.value(INACTIVITY_ALARM_TIME), Some(Value::Long(7)));
         assert_eq!(state.value("other"), None);
+    }
+
+    #[test]
+    fn a_persist_writes_only_the_keys_that_changed() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = AttributeStore::open(&dir.path().join("a.sqlite3")).expect("store");
+        let activity = Activity::new(crate::config::Config::default().activity);
+        let device = Uuid::from_u128(42);
+        let rows = |store: &AttributeStore| {
+            let mut rows = store
+                .load_rows(AttributeScope::Server, &KEYS)
+                .expect("rows");
+            rows.sort_by(|a, b| a.1.cmp(&b.1));
+            rows
+        };
+        // A device new to the tracker is written whole.
+        let mut state = State::fresh();
+        state.last_connect = 10;
+        state.uplink(10);
+        activity.devices.lock().insert(device, state);
+        assert_eq!(activity.persist(&store).expect("persist"), 1);
+        assert_eq!(rows(&store).len(), KEYS.len());
+        assert_eq!(activity.persist(&store).expect("persist"), 0);
+        // Another uplink of an active device changes lastActivityTime alone: one row is written.
+        activity
+            .devices
+            .lock()
+            .get_mut(&device)
+            .expect("tracked")
+            .uplink(20);
+        assert_eq!(
+            activity.devices.lock()[&device].dirty,
+            bit(LAST_ACTIVITY_TIME)
+        );
+        store
+            .write_rows(
+                AttributeScope::Server,
+                &[(device.as_u128(), LAST_CONNECT_TIME, 1, Value::Long(1))],
+            )
+            .expect("overwrite");
+        assert_eq!(activity.persist(&store).expect("persist"), 1);
+        let after = rows(&store);
+        let value = |key: &str| after.iter().find(|r| r.1 == key).map(|r| r.2.clone());
+        assert_eq!(value(LAST_ACTIVITY_TIME), Some(Value::Long(20)));
+        // Not rewritten: it did not change in the tracker.
+        assert_eq!(value(LAST_CONNECT_TIME), Some(Value::Long(1)));
     }
 }

@@ -10,6 +10,7 @@
 pub(crate) mod admission;
 mod alarms;
 pub mod attributes;
+mod durable;
 pub mod events;
 pub mod http;
 mod processor;
@@ -89,6 +90,8 @@ pub struct Ingest {
     log: Arc<Log>,
     partitions: u16,
     durable: watch::Receiver<u64>,
+    /// Transports waiting for their records to become durable (see `durable.rs`).
+    waiters: Arc<durable::DurableWaiters>,
     tsdb: Arc<Tsdb>,
     attributes: Arc<AttributeStore>,
     events: Arc<events::Events>,
@@ -140,8 +143,15 @@ impl Ingest {
             Durability::Fsync => fleetwire_log::Durability::Fsync,
             Durability::Os => fleetwire_log::Durability::Os,
         };
-        // The log's writer thread calls this after every group commit; waiting transports wake up.
+        // The log's writer thread calls this after every group commit: the transports whose records it made
+        // durable wake up, and so do those waiting for room in the append queue.
+        let waiters = Arc::new(durable::DurableWaiters::default());
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(waiters.clone().dispatch());
+        }
+        let publisher = durable::Publisher(waiters.clone());
         let listener = Box::new(move |seq: u64| {
+            publisher.published(seq);
             durable_tx.send_replace(seq);
         });
         let log = Arc::new(Log::open_with_listener(log_options, listener)?);
@@ -226,6 +236,7 @@ impl Ingest {
             log,
             partitions,
             durable,
+            waiters,
             tsdb,
             attributes,
             events,
@@ -353,18 +364,23 @@ impl Ingest {
     /// Resolves once every record up to `seq` is durable (fsync'd, or written to the OS with
     /// `durability = "os"`). Fails if the log was poisoned, so nothing is acknowledged that is not durable.
     pub async fn durable(&self, seq: u64) -> Result<(), IngestError> {
-        let mut rx = self.durable.clone();
         loop {
-            if *rx.borrow_and_update() >= seq {
+            // The stall count is read before the poison check, so a poisoning after it still ends this wait.
+            let stalls = self.waiters.stalls();
+            if self.waiters.durable() >= seq {
                 return Ok(());
             }
             if self.log.is_poisoned() {
                 return Err(IngestError::Poisoned);
             }
-            // Every commit wakes us, and so does poisoning (the log calls its commit listener then too). The
-            // value was marked seen before the poison check, so a poisoning after it still wakes this wait.
-            if rx.changed().await.is_err() {
-                return Err(IngestError::ShuttingDown);
+            // The commit that makes `seq` durable wakes this wait, and so does poisoning (the log calls its
+            // commit listener then too, without progress).
+            let waited =
+                std::future::poll_fn(|cx| self.waiters.poll_durable(seq, stalls, cx)).await;
+            match waited {
+                Ok(()) => return Ok(()),
+                Err(durable::Closed::Stalled) => continue,
+                Err(durable::Closed::Gone) => return Err(IngestError::ShuttingDown),
             }
         }
     }

@@ -434,12 +434,19 @@ impl Processor {
         let mut complete = true;
         let result = (|| -> Result<(), super::IngestError> {
             // Heads that fell far behind (twice their share of the log) are sealed whatever it takes: the
-            // log cannot be trimmed past them, and it must stay within its disk budget.
-            let pinned = self
-                .tsdb
-                .min_unsealed_source(partition)
-                .map_or(0, |pin| applied.saturating_sub(pin));
-            if seal_below == u64::MAX || pinned > self.head_log_bytes_max.saturating_mul(2) {
+            // log cannot be trimmed past them, and it must stay within its disk budget. The checkpoint never
+            // passes a head's pin, so the log behind it bounds what the heads pin: only over the limit is the
+            // exact figure worth a scan of every series.
+            let limit = self.head_log_bytes_max.saturating_mul(2);
+            let behind = applied.saturating_sub(self.log.checkpoint_of(u32::from(partition))?);
+            let pinned = if behind > limit {
+                self.tsdb
+                    .min_unsealed_source(partition)
+                    .map_or(0, |pin| applied.saturating_sub(pin))
+            } else {
+                0
+            };
+            if seal_below == u64::MAX || pinned > limit {
                 self.tsdb.seal_heads_below(partition, seal_below)?;
             } else {
                 let deadline = Instant::now() + SEAL_BUDGET;
