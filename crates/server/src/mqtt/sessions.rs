@@ -3,12 +3,14 @@
 //! or changing its credentials closes its session.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
+
+use atomic_waker::AtomicWaker;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use tokio::sync::Notify;
 use uuid::Uuid;
 
 use crate::ingest::events::{Interest, Subscriber, Update};
@@ -25,27 +27,52 @@ pub mod close_reason {
 }
 
 /// The signal a connection task waits on between batches: it must close, or its [`Outbox`] has updates.
+///
+/// Only the connection's own task waits on it, one wait at a time, so it is one waker slot and a flag
+/// rather than a `Notify` with its waiter list: the connection starts a wait for every packet it reads,
+/// and registering in a waker slot costs an atomic swap where a `Notify` takes its lock twice.
 #[derive(Default)]
 pub struct CloseSignal {
-    notify: Notify,
+    waker: AtomicWaker,
+    /// A close or wake the connection has not seen yet (kept, like `Notify::notify_one`'s permit, when it
+    /// is not waiting).
+    pending: AtomicBool,
     reason: AtomicU8,
 }
 
 impl CloseSignal {
     pub fn close(&self, reason: u8) {
         self.reason.store(reason, Ordering::Release);
-        self.notify.notify_one();
+        self.signal();
     }
 
     /// Wakes the connection without closing it (its outbox has something).
     pub fn wake(&self) {
-        self.notify.notify_one();
+        self.signal();
+    }
+
+    fn signal(&self) {
+        self.pending.store(true, Ordering::Release);
+        self.waker.wake();
     }
 
     /// Resolves once [`CloseSignal::close`] or [`CloseSignal::wake`] was called: `Some(reason)` when the
-    /// connection must close, `None` when it was only woken.
+    /// connection must close, `None` when it was only woken. A signal is consumed only when this resolves:
+    /// a wait dropped before that leaves it for the next one.
     pub async fn signaled(&self) -> Option<u8> {
-        self.notify.notified().await;
+        std::future::poll_fn(|cx| {
+            if self.pending.swap(false, Ordering::AcqRel) {
+                return Poll::Ready(());
+            }
+            self.waker.register(cx.waker());
+            // A signal between the check and the registration found no waker to wake.
+            if self.pending.swap(false, Ordering::AcqRel) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
         match self.reason.load(Ordering::Acquire) {
             0 => None,
             reason => Some(reason),
