@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use fleetwire_model::{PayloadError, Record};
 use fleetwire_mqtt::{decode, encode, reason, Packet, Protocol, PubAck, Publish, QoS};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -182,6 +182,12 @@ impl Conn<'_> {
         let max = packet_limit(self.state);
         // The first batch may be packets the client pipelined behind its CONNECT.
         let mut end = self.process(&mut buf, max);
+        // The inactivity timer counts from the last complete packet, so a client that sends a byte at a time
+        // without finishing a packet is closed all the same. It is armed once and moved on only when it fires
+        // before the connection's deadline: re-arming it for every packet read would insert and remove a timer
+        // per message.
+        let idle = tokio::time::sleep(self.idle_left());
+        tokio::pin!(idle);
         loop {
             // One flush point per batch: make its records durable, then answer all of it in one write.
             let flushed = self.flush().await;
@@ -196,25 +202,24 @@ impl Conn<'_> {
                 buf = BytesMut::new();
                 self.out = BytesMut::new();
             }
-            // The inactivity timeout lives only while waiting: a timer owned by the connection for its whole
-            // life would cost every idle connection ~110 bytes more. It counts from the last complete packet,
-            // so a client that sends a byte at a time without finishing a packet is closed all the same.
-            let idle_left = self.last_packet_ms + i64::from(self.idle_limit_ms) - coarse_now_ms();
-            let idle_left = Duration::from_millis(u64::try_from(idle_left).unwrap_or(0));
             tokio::select! {
-                readable = tokio::time::timeout(idle_left, self.stream.readable()) => match readable {
-                    Err(_) => {
-                        tracing::debug!(peer = %self.peer, device = %self.device_id, keep_alive = self.keep_alive,
-                            "no complete packet in time; closing");
-                        metrics::refused(Transport::Mqtt, Reason::Timeout);
-                        return End::Server(Some(if self.keep_alive {
-                            reason::KEEP_ALIVE_TIMEOUT
-                        } else {
-                            reason::MAXIMUM_CONNECT_TIME
-                        }));
+                readable = self.stream.readable() => if readable.is_err() {
+                    return End::Client;
+                },
+                () = &mut idle => {
+                    let left = self.idle_left();
+                    if !left.is_zero() {
+                        idle.as_mut().reset(tokio::time::Instant::now() + left);
+                        continue;
                     }
-                    Ok(Err(_)) => return End::Client,
-                    Ok(Ok(())) => {}
+                    tracing::debug!(peer = %self.peer, device = %self.device_id, keep_alive = self.keep_alive,
+                        "no complete packet in time; closing");
+                    metrics::refused(Transport::Mqtt, Reason::Timeout);
+                    return End::Server(Some(if self.keep_alive {
+                        reason::KEEP_ALIVE_TIMEOUT
+                    } else {
+                        reason::MAXIMUM_CONNECT_TIME
+                    }));
                 },
                 signaled = signal.signaled() => match signaled {
                     Some(reason) => return End::Server(Some(reason)),
@@ -247,6 +252,12 @@ impl Conn<'_> {
             }
             self.note_uplink();
         }
+    }
+
+    /// Time left until the inactivity limit, counted from the last complete packet.
+    fn idle_left(&self) -> Duration {
+        let left = self.last_packet_ms + i64::from(self.idle_limit_ms) - coarse_now_ms();
+        Duration::from_millis(u64::try_from(left).unwrap_or(0))
     }
 
     /// Waits until the write path admits a read, while still answering the close signal and publishing what the
@@ -362,6 +373,25 @@ impl Conn<'_> {
         if self.out.is_empty() {
             return true;
         }
+        // Answers almost always fit in the socket's send buffer at once: written so, they need no write
+        // future and no timer (and the connection's task state keeps no room for them).
+        match self.stream.try_write(&self.out) {
+            Ok(n) if n == self.out.len() => {
+                self.out.clear();
+                return true;
+            }
+            Ok(n) => self.out.advance(n),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => {
+                self.out.clear();
+                return false;
+            }
+        }
+        Box::pin(self.write_out()).await
+    }
+
+    /// Writes what is left of `out` once the socket takes it, within WRITE_TIMEOUT.
+    async fn write_out(&mut self) -> bool {
         // A device that stops reading fills its socket buffer and then its outboxes, which close the session
         // (0x97): that close ends a write that would otherwise wait out WRITE_TIMEOUT. (No DISCONNECT can
         // follow a half-written packet, so the connection just closes.)
