@@ -363,25 +363,12 @@ impl Ingest {
 
     /// Resolves once every record up to `seq` is durable (fsync'd, or written to the OS with
     /// `durability = "os"`). Fails if the log was poisoned, so nothing is acknowledged that is not durable.
-    pub async fn durable(&self, seq: u64) -> Result<(), IngestError> {
-        loop {
-            // The stall count is read before the poison check, so a poisoning after it still ends this wait.
-            let stalls = self.waiters.stalls();
-            if self.waiters.durable() >= seq {
-                return Ok(());
-            }
-            if self.log.is_poisoned() {
-                return Err(IngestError::Poisoned);
-            }
-            // The commit that makes `seq` durable wakes this wait, and so does poisoning (the log calls its
-            // commit listener then too, without progress).
-            let waited =
-                std::future::poll_fn(|cx| self.waiters.poll_durable(seq, stalls, cx)).await;
-            match waited {
-                Ok(()) => return Ok(()),
-                Err(durable::Closed::Stalled) => continue,
-                Err(durable::Closed::Gone) => return Err(IngestError::ShuttingDown),
-            }
+    pub fn durable(&self, seq: u64) -> Durable<'_> {
+        Durable {
+            ingest: self,
+            seq,
+            // Read before the first poison check, so a poisoning after it still ends the wait.
+            stalls: self.waiters.stalls(),
         }
     }
 
@@ -534,6 +521,48 @@ impl Ingest {
         for handle in self.processors.lock().drain(..) {
             if handle.join().is_err() {
                 tracing::error!("a processor thread panicked");
+            }
+        }
+    }
+}
+
+/// The future of [`Ingest::durable`]: a plain struct rather than an async fn's state, small enough for a
+/// connection to keep inline (a connection awaits one per batch it acknowledges).
+#[must_use = "a future does nothing unless awaited"]
+pub struct Durable<'a> {
+    ingest: &'a Ingest,
+    seq: u64,
+    /// The log's stall count when the wait (re)started.
+    stalls: u64,
+}
+
+impl std::future::Future for Durable<'_> {
+    type Output = Result<(), IngestError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        use std::task::Poll;
+        loop {
+            let waiters = &self.ingest.waiters;
+            if waiters.durable() >= self.seq {
+                return Poll::Ready(Ok(()));
+            }
+            if self.ingest.log.is_poisoned() {
+                return Poll::Ready(Err(IngestError::Poisoned));
+            }
+            // The commit that makes `seq` durable wakes this wait, and so does poisoning (the log calls its
+            // commit listener then too, without progress).
+            match waiters.poll_durable(self.seq, self.stalls, cx) {
+                Poll::Ready(Ok(())) => return Poll::Ready(Ok(())),
+                Poll::Ready(Err(durable::Closed::Stalled)) => {
+                    self.stalls = waiters.stalls();
+                }
+                Poll::Ready(Err(durable::Closed::Gone)) => {
+                    return Poll::Ready(Err(IngestError::ShuttingDown))
+                }
+                Poll::Pending => return Poll::Pending,
             }
         }
     }

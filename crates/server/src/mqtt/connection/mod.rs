@@ -361,7 +361,7 @@ impl Conn<'_> {
     async fn flush(&mut self) -> bool {
         if self.wait_seq > 0 {
             let seq = std::mem::take(&mut self.wait_seq);
-            if let Err(e) = Box::pin(self.state.ingest.durable(seq)).await {
+            if let Err(e) = self.state.ingest.durable(seq).await {
                 // Nothing in this batch may be acknowledged: drop the answers and close.
                 tracing::debug!(peer = %self.peer, error = %e, "cannot make records durable; closing");
                 crate::sustained_warn!(error = %e, "cannot make records durable; closing connections");
