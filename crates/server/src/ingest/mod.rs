@@ -26,7 +26,6 @@ use fleetwire_model::record::AttributeScope;
 use fleetwire_model::{parse_attributes, parse_telemetry, PayloadError, Record};
 use fleetwire_tsdb::{Tsdb, TsdbConfig as TsdbOptions};
 use parking_lot::Mutex;
-use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::config::{Config, Durability};
@@ -89,7 +88,6 @@ pub(crate) struct PartitionProgress {
 pub struct Ingest {
     log: Arc<Log>,
     partitions: u16,
-    durable: watch::Receiver<u64>,
     /// Transports waiting for their records to become durable (see `durable.rs`).
     waiters: Arc<durable::DurableWaiters>,
     tsdb: Arc<Tsdb>,
@@ -129,7 +127,6 @@ impl Ingest {
         activity: Arc<crate::activity::Activity>,
     ) -> Result<Ingest, IngestError> {
         let dir = &config.data_dir;
-        let (durable_tx, durable) = watch::channel(0u64);
         let mut log_options = LogOptions::new(dir.join("log"));
         log_options.partition_count = u32::from(config.log.partitions);
         log_options.segment_bytes_max = config.log.segment_bytes_max;
@@ -144,7 +141,7 @@ impl Ingest {
             Durability::Os => fleetwire_log::Durability::Os,
         };
         // The log's writer thread calls this after every group commit: the transports whose records it made
-        // durable wake up, and so do those waiting for room in the append queue.
+        // durable wake up (and those waiting for room in the append queue, which wait for the next commit).
         let waiters = Arc::new(durable::DurableWaiters::default());
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(waiters.clone().dispatch());
@@ -152,7 +149,6 @@ impl Ingest {
         let publisher = durable::Publisher(waiters.clone());
         let listener = Box::new(move |seq: u64| {
             publisher.published(seq);
-            durable_tx.send_replace(seq);
         });
         let log = Arc::new(Log::open_with_listener(log_options, listener)?);
         let tsdb_options = TsdbOptions {
@@ -235,7 +231,6 @@ impl Ingest {
         Ok(Ingest {
             log,
             partitions,
-            durable,
             waiters,
             tsdb,
             attributes,
@@ -329,15 +324,15 @@ impl Ingest {
     }
 
     async fn admitted_slow(&self) {
-        let mut durable = self.durable.clone();
         loop {
             if self.admission.paused() {
                 self.admission.admit().await;
                 return;
             } else if self.log.queue_full() && !self.log.is_disk_full() && !self.log.is_poisoned() {
-                // The writer empties the queue when it takes a batch and publishes it after the commit.
-                durable.borrow_and_update();
-                if !self.log.queue_full() || durable.changed().await.is_err() {
+                // The writer empties the queue when it takes a batch and publishes it after the commit: wait for
+                // the next commit (the queued records have sequence numbers past the durable one).
+                let next = self.waiters.durable() + 1;
+                if !self.log.queue_full() || self.durable(next).await.is_err() {
                     return;
                 }
             } else {
