@@ -7,21 +7,28 @@
 //!   of the same entries stamped with the receive time, unless it is in the `ts` form;
 //! - wrapping an object in an array does not change its telemetry;
 //! - for strict JSON (what serde_json accepts), the keys, the number of groups and the kinds of
-//!   the values match serde_json's reading of the document, and JSON values re-read equal.
+//!   the values match serde_json's reading of the document, and JSON values re-read equal;
+//! - `encode_telemetry_record` (whose fast path reads flat objects without the tree) gives the
+//!   encoding of `parse_telemetry`'s groups, or its error.
 
 #![no_main]
 
 use std::collections::BTreeSet;
 
-use fleetwire_model::{parse_attributes, parse_telemetry, Kv, PayloadError, TsRecord, Value};
+use fleetwire_model::{
+    encode_telemetry_record, parse_attributes, parse_telemetry, record, Kv, PayloadError, TsRecord,
+    Value,
+};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value as J;
 
 const NOW_MS: i64 = 1_700_000_000_000;
+const ENTITY: u128 = 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef;
 
 fuzz_target!(|data: &[u8]| {
     let telemetry = parse_telemetry(data, NOW_MS);
     let attributes = parse_attributes(data);
+    encoding_matches_groups(data, &telemetry);
     for result in [
         telemetry.as_ref().map(|_| ()),
         attributes.as_ref().map(|_| ()),
@@ -44,6 +51,24 @@ fuzz_target!(|data: &[u8]| {
         strict_array(&items, &telemetry);
     }
 });
+
+/// The record the transports append is the encoding of the parsed groups (nothing for no points).
+fn encoding_matches_groups(data: &[u8], telemetry: &Result<Vec<TsRecord>, PayloadError>) {
+    let mut encoded = b"kept".to_vec();
+    let result = encode_telemetry_record(ENTITY, data, NOW_MS, &mut encoded);
+    match (telemetry, result) {
+        (Ok(groups), Ok(points)) => {
+            let mut expected = b"kept".to_vec();
+            if !groups.is_empty() {
+                record::encode_telemetry(ENTITY, groups, &mut expected);
+            }
+            assert_eq!(points, groups.iter().map(TsRecord::data_point_count).sum::<usize>());
+            assert_eq!(encoded, expected, "encoding differs from the parsed groups");
+        }
+        (Err(a), Err(b)) => assert_eq!(*a, b),
+        (a, b) => panic!("parse_telemetry {a:?} but encode_telemetry_record {b:?}"),
+    }
+}
 
 /// `data` parsed as one attributes object holding `kvs`.
 fn attributes_agree_with_telemetry(

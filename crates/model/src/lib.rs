@@ -12,6 +12,6 @@ pub mod payload;
 pub mod record;
 pub mod value;
 
-pub use payload::{parse_attributes, parse_telemetry, PayloadError};
+pub use payload::{encode_telemetry_record, parse_attributes, parse_telemetry, PayloadError};
 pub use record::{Record, RecordError};
 pub use value::{DataType, Kv, TsKv, TsRecord, Value};

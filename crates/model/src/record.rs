@@ -462,30 +462,65 @@ fn write_header(kind: u8, entity: u128, out: &mut Vec<u8>) {
 fn write_kvs(kvs: &[Kv], out: &mut Vec<u8>) {
     write_varint(kvs.len() as u64, out);
     for kv in kvs {
-        write_str(&kv.key, out);
-        match &kv.value {
-            Value::Bool(b) => {
-                out.push(TYPE_BOOLEAN);
-                out.push(u8::from(*b));
-            }
-            Value::Long(v) => {
-                out.push(TYPE_LONG);
-                write_varint(zigzag(*v), out);
-            }
-            Value::Double(v) => {
-                out.push(TYPE_DOUBLE);
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-            Value::Str(s) => {
-                out.push(TYPE_STRING);
-                write_str(s, out);
-            }
-            Value::Json(s) => {
-                out.push(TYPE_JSON);
-                write_str(s, out);
-            }
+        write_entry(&kv.key, ValueRef::from(&kv.value), out);
+    }
+}
+
+/// A value borrowed from wherever it was read, for encoding.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum ValueRef<'a> {
+    Bool(bool),
+    Long(i64),
+    Double(f64),
+    Str(&'a str),
+    Json(&'a str),
+}
+
+impl<'a> From<&'a Value> for ValueRef<'a> {
+    fn from(value: &'a Value) -> ValueRef<'a> {
+        match value {
+            Value::Bool(b) => ValueRef::Bool(*b),
+            Value::Long(v) => ValueRef::Long(*v),
+            Value::Double(v) => ValueRef::Double(*v),
+            Value::Str(s) => ValueRef::Str(s),
+            Value::Json(s) => ValueRef::Json(s),
         }
     }
+}
+
+/// One key/value entry of a telemetry group or attributes record.
+pub(crate) fn write_entry(key: &str, value: ValueRef<'_>, out: &mut Vec<u8>) {
+    write_str(key, out);
+    match value {
+        ValueRef::Bool(b) => {
+            out.push(TYPE_BOOLEAN);
+            out.push(u8::from(b));
+        }
+        ValueRef::Long(v) => {
+            out.push(TYPE_LONG);
+            write_varint(zigzag(v), out);
+        }
+        ValueRef::Double(v) => {
+            out.push(TYPE_DOUBLE);
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        ValueRef::Str(s) => {
+            out.push(TYPE_STRING);
+            write_str(s, out);
+        }
+        ValueRef::Json(s) => {
+            out.push(TYPE_JSON);
+            write_str(s, out);
+        }
+    }
+}
+
+/// The start of a telemetry record of one group at `ts`, up to the group's entry count: what
+/// [`encode_telemetry`] writes before it, for encoders that count the entries as they write them.
+pub(crate) fn write_telemetry_group_head(entity: u128, ts: i64, out: &mut Vec<u8>) {
+    write_header(KIND_TELEMETRY, entity, out);
+    write_varint(1, out);
+    write_varint(zigzag(ts), out);
 }
 
 fn write_str(s: &str, out: &mut Vec<u8>) {

@@ -12,6 +12,7 @@
 //! and `[]` parse to no groups at all. Invalid UTF-8 is replaced with U+FFFD first, as
 //! ThingsBoard's decoding of the payload does.
 
+mod flat;
 mod lenient;
 mod number;
 #[cfg(test)]
@@ -69,6 +70,31 @@ pub fn parse_telemetry(payload: &[u8], now_ms: i64) -> Result<Vec<TsRecord>, Pay
         }
         _ => Err(PayloadError::NotObjectOrArray),
     }
+}
+
+/// Parses a telemetry payload as [`parse_telemetry`] does and appends the record of its groups for
+/// `entity` to `out` ([`crate::record::encode_telemetry`]); returns the number of data points. With none
+/// (a payload of empty or all-null groups), nothing is appended.
+///
+/// This is the transports' path from payload to log record: the common flat object is encoded as it is
+/// read (`flat.rs`), anything else goes through the document tree.
+pub fn encode_telemetry_record(
+    entity: u128,
+    payload: &[u8],
+    now_ms: i64,
+    out: &mut Vec<u8>,
+) -> Result<usize, PayloadError> {
+    if let Ok(text) = std::str::from_utf8(payload) {
+        if let Some(points) = flat::encode(text, entity, now_ms, out) {
+            return Ok(points);
+        }
+    }
+    let records = parse_telemetry(payload, now_ms)?;
+    let points = records.iter().map(TsRecord::data_point_count).sum();
+    if points > 0 {
+        crate::record::encode_telemetry(entity, &records, out);
+    }
+    Ok(points)
 }
 
 /// Parses an attributes payload (`v1/devices/me/attributes`, `POST /api/v1/{token}/attributes`):

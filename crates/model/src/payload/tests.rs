@@ -548,3 +548,204 @@ proptest! {
         }
     }
 }
+
+const ENTITY: u128 = 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef;
+
+/// The general path's telemetry record of a payload: its data points and encoding.
+fn general_record(payload: &str) -> Result<(usize, Vec<u8>), PayloadError> {
+    let records = parse_telemetry(payload.as_bytes(), NOW_MS)?;
+    let points: usize = records.iter().map(TsRecord::data_point_count).sum();
+    let mut out = Vec::new();
+    if points > 0 {
+        crate::record::encode_telemetry(ENTITY, &records, &mut out);
+    }
+    Ok((points, out))
+}
+
+/// The flat fast path either encodes exactly what the general path encodes, or gives up leaving the
+/// buffer as it was; `encode_telemetry_record` always matches the general path. Returns whether the
+/// fast path took the payload.
+fn check_fast_path(payload: &str) -> Result<bool, TestCaseError> {
+    let general = general_record(payload);
+    let mut out = b"kept".to_vec();
+    let fast = flat::encode(payload, ENTITY, NOW_MS, &mut out);
+    match fast {
+        Some(points) => {
+            prop_assert!(out.starts_with(b"kept"));
+            prop_assert_eq!(
+                Ok((points, out[4..].to_vec())),
+                general.clone(),
+                "fast path on {:?}",
+                payload
+            );
+        }
+        None => prop_assert_eq!(&out, b"kept", "fast path left bytes for {:?}", payload),
+    }
+    let mut out = Vec::new();
+    let public = encode_telemetry_record(ENTITY, payload.as_bytes(), NOW_MS, &mut out);
+    prop_assert_eq!(public.map(|points| (points, out)), general, "{:?}", payload);
+    Ok(fast.is_some())
+}
+
+#[test]
+fn the_payloads_devices_send_take_the_fast_path() {
+    let big = "9".repeat(30);
+    let long_fraction = format!("0.{}", "1".repeat(20));
+    for payload in [
+        r#"{"pulseCounter":1234,"leakage":false,"batteryLevel":87}"#,
+        r#"{"latitude":"51.5072","longitude":"-0.1276","speed":"42","fuel":57.5,"batteryLevel":12}"#,
+        "{ \"temperature\" : 21.5 ,\n\t\"humidity\": 40, \"ok\": true }\r\n",
+        r#"{"a":null,"b":1,"c":null}"#,
+        r#"{"n":-0,"e":1e3,"E":-2.5E-2,"z":0.0,"s":"","u":"é ünïcode","ts":5}"#,
+        &format!(r#"{{"big":{big},"fraction":{long_fraction},"numeric":"{big}"}}"#),
+        r#"{"text":"not a number","raw":"tab	inside"}"#,
+        r#"{"k":1}"#,
+        r#"{"ts":1700000000123,"values":{"pulseCounter":5,"leakage":false,"batteryLevel":10}}"#,
+        r#"{ "ts" : "1700000000123" , "values" : { "a" : "x" } }"#,
+        r#"{"ts":-5,"values":{"values":1,"ts":2}}"#,
+        r#"{"ts":1.5e3,"values":{"a":null,"b":2}}"#,
+        r#"{"ts":99999999999999999999,"values":{"a":1}}"#,
+    ] {
+        match check_fast_path(payload) {
+            Ok(fast) => assert!(fast, "general path taken for {payload}"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+#[test]
+fn anything_else_takes_the_general_path_with_the_same_result() {
+    let long_number = "1".repeat(1100);
+    let many: String = (0..=flat::ENTRIES_MAX)
+        .map(|i| format!("\"k{i}\":{i}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    for payload in [
+        "",
+        "   ",
+        "{}",
+        r#"{"a":null}"#,
+        r#"[{"a":1}]"#,
+        r#"{"values":{"a":1},"ts":1}"#,
+        r#"{"ts":1,"values":{"a":1},"b":2}"#,
+        r#"{"b":2,"ts":1,"values":{"a":1}}"#,
+        r#"{"ts":1,"values":{}}"#,
+        r#"{"ts":1,"values":{"a":null}}"#,
+        r#"{"ts":1,"values":5}"#,
+        r#"{"ts":true,"values":{"a":1}}"#,
+        r#"{"ts":"x","values":{"a":1}}"#,
+        r#"{"ts":"1\u0030","values":{"a":1}}"#,
+        r#"{"ts":5}"#,
+        r#"{"ts":5,"a":1}"#,
+        r#"{"ts":1,"values":{"a":1}"#,
+        r#"[{"ts":1,"values":{"a":1}}]"#,
+        r#"{"values":1}"#,
+        r#"{"a":1,"a":2}"#,
+        r#"{"a":1,"b":null,"b":3}"#,
+        r#"{"a":{"b":1}}"#,
+        r#"{"a":[1,2]}"#,
+        r#"{"a\"b":1}"#,
+        r#"{"a":"x\ny"}"#,
+        r#"{'a':1}"#,
+        r#"{a:1}"#,
+        r#"{"a":x}"#,
+        r#"{"a":True}"#,
+        r#"{"a":NULL}"#,
+        r#"{"a":truex}"#,
+        r#"{"a"=1}"#,
+        r#"{"a":1;"b":2}"#,
+        r#"{"a":1,}"#,
+        r#"{"a":1}}"#,
+        r#"{"a":1} x"#,
+        r#"{"a":1 # comment
+        }"#,
+        r#"{"a":1/* c */}"#,
+        "\u{feff}{\"a\":1}",
+        ")]}'\n{\"a\":1}",
+        r#"{"a":01}"#,
+        r#"{"a":1.}"#,
+        r#"{"a":.5}"#,
+        r#"{"a":-}"#,
+        r#"{"a":1e}"#,
+        r#"{"a":1e99999999999}"#,
+        r#"{"a":1x}"#,
+        r#"{"a":1"#,
+        r#"{"a""#,
+        &format!(r#"{{"a":{long_number}}}"#),
+        &format!("{{{many}}}"),
+    ] {
+        match check_fast_path(payload) {
+            Ok(fast) => assert!(!fast, "fast path taken for {payload:?}"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+/// Flat objects with the keys and values that decide the fast path: repeated keys, `ts` and `values`,
+/// nulls, numbers of every shape, numeric and plain strings, and now and then a nested value.
+fn flat_doc_strategy() -> impl Strategy<Value = Doc> {
+    let number = proptest::string::string_regex(
+        "-?(0|[1-9][0-9]{0,24})(\\.[0-9]{1,20})?([eE][+-]?[0-9]{1,3})?",
+    )
+    .expect("valid regex");
+    let key = prop_oneof![
+        4 => "[a-c]{1,2}",
+        1 => Just("ts".to_owned()),
+        1 => Just("values".to_owned()),
+        1 => any::<String>(),
+    ];
+    let value = prop_oneof![
+        2 => Just(Doc::Null),
+        2 => any::<bool>().prop_map(Doc::Bool),
+        6 => number.prop_map(Doc::Number),
+        4 => prop_oneof!["-?[0-9]{1,5}(\\.[0-9]{1,3})?", "[a-zA-Z ]{0,6}", any::<String>()]
+            .prop_map(Doc::Str),
+        1 => Just(Doc::Array(vec![Doc::Bool(true)])),
+        1 => Just(Doc::Object(vec![("x".to_owned(), Doc::Null)])),
+    ];
+    let flat = proptest::collection::vec((key, value), 0..10).prop_map(Doc::Object);
+    let ts = prop_oneof![
+        "-?[0-9]{1,19}".prop_map(Doc::Number),
+        "-?[0-9]{1,3}(\\.[0-9])?(e[0-9])?".prop_map(Doc::Number),
+        "[+-]?[0-9]{1,20}".prop_map(Doc::Str),
+        Just(Doc::Bool(true)),
+    ];
+    prop_oneof![
+        flat.clone(),
+        (ts, flat).prop_map(|(ts, values)| Doc::Object(vec![
+            ("ts".to_owned(), ts),
+            ("values".to_owned(), values)
+        ])),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    #[test]
+    fn flat_objects_encode_as_the_general_path(
+        doc in flat_doc_strategy(),
+        seed in any::<u64>(),
+        lenient in any::<bool>(),
+    ) {
+        let text = Style { lenient, seed }.render(&doc);
+        check_fast_path(&text)?;
+    }
+
+    #[test]
+    fn any_document_encodes_as_the_general_path(doc in doc_strategy(), seed in any::<u64>()) {
+        check_fast_path(&Style { lenient: false, seed }.render(&doc))?;
+        check_fast_path(&Style { lenient: true, seed }.render(&doc))?;
+    }
+
+    #[test]
+    fn json_like_noise_encodes_as_the_general_path(parts in proptest::collection::vec(
+        proptest::sample::select(vec![
+            "{", "}", "\"", "\"a\"", "\"b\"", ":", ",", " ", "\n", "1", "-", ".", "e", "0", "true",
+            "null", "fals", "\"1.5\"", "\\", "#", "[", "]", "values", "ts",
+        ]),
+        0..40,
+    )) {
+        check_fast_path(&parts.concat())?;
+    }
+}

@@ -309,7 +309,7 @@ fn rate_limit(state: &AppState, device: &DeviceAuth, data_points: usize) -> Resu
 async fn store(state: &AppState, device: &DeviceAuth, record: Record) -> Response {
     match state.ingest.write(device.device_id, &record).await {
         Ok(()) => {
-            crate::metrics::ingested(crate::metrics::Transport::Http, &record);
+            crate::metrics::ingested(crate::metrics::Transport::Http, record.data_point_count());
             StatusCode::OK.into_response()
         }
         Err(e) => ApiError::from(e).into_response(),

@@ -26,8 +26,6 @@ pub mod sustained;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-use fleetwire_model::Record;
-
 /// Where device data and refusals come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
@@ -231,8 +229,7 @@ static WS_SUBSCRIPTIONS: AtomicI64 = AtomicI64::new(0);
 
 /// A message with data was accepted into the ingest log: one message, and its data points (telemetry
 /// key-values over all its timestamps, or attribute key-values).
-pub fn ingested(transport: Transport, record: &Record) {
-    let points = record.data_point_count();
+pub fn ingested(transport: Transport, points: usize) {
     MESSAGES_IN[transport as usize].fetch_add(1, Ordering::Relaxed);
     POINTS_IN[transport as usize].fetch_add(points as u64, Ordering::Relaxed);
 }

@@ -641,7 +641,7 @@ impl Conn<'_> {
                 other => GatewayRefusal::Unavailable(other.to_string()),
             })?;
         self.wait_seq = self.wait_seq.max(seq);
-        metrics::ingested(Transport::Gateway, record);
+        metrics::ingested(Transport::Gateway, record.data_point_count());
         Ok(())
     }
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use fleetwire_model::{PayloadError, Record};
+use fleetwire_model::{encode_telemetry_record, PayloadError, Record};
 use fleetwire_mqtt::{decode, encode, reason, Packet, Protocol, PubAck, Publish, QoS};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -24,7 +24,7 @@ use super::topics::{self, DeviceTopic};
 use crate::activity::coarse_now_ms;
 use crate::ingest::admission::THROTTLED_READ_BYTES;
 use crate::ingest::events::SubscriptionId;
-use crate::ingest::{client_attributes_record, now_ms, telemetry_record, IngestError};
+use crate::ingest::{client_attributes_record, now_ms, IngestError};
 use crate::limits::{Level, Sender};
 use crate::metrics::{self, Reason, Transport};
 use crate::AppState;
@@ -511,7 +511,7 @@ impl Conn<'_> {
             }
         }
         let result = match topic {
-            DeviceTopic::Telemetry => self.append(telemetry_record(device, &publish.payload)),
+            DeviceTopic::Telemetry => self.append_telemetry(&publish.payload),
             DeviceTopic::Attributes => {
                 self.append(client_attributes_record(device, &publish.payload))
             }
@@ -685,23 +685,44 @@ impl Conn<'_> {
             Ok(None) => return self.rate_check(0).map_err(Refusal::RateLimited),
             Err(e) => return Err(Refusal::Payload(e.to_string())),
         };
-        self.rate_check(record.data_point_count())
-            .map_err(Refusal::RateLimited)?;
-        let device = self.device_id;
-        let appended = RECORD_BUF.with(|scratch| match scratch.try_borrow_mut() {
-            Ok(mut scratch) => self
-                .state
-                .ingest
-                .append_record(device, &record, &mut scratch),
-            Err(_) => self
-                .state
-                .ingest
-                .append_record(device, &record, &mut Vec::new()),
-        });
-        match appended {
+        self.with_record_buf(|conn, scratch| {
+            scratch.clear();
+            record.encode(scratch);
+            conn.append_encoded(scratch, record.data_point_count())
+        })
+    }
+
+    /// Telemetry from the payload straight into its log record: the path of nearly every message, so
+    /// it skips the `Record` that `append` goes through (see `fleetwire_model::encode_telemetry_record`).
+    fn append_telemetry(&mut self, payload: &[u8]) -> Result<(), Refusal> {
+        self.with_record_buf(|conn, scratch| {
+            scratch.clear();
+            let points =
+                encode_telemetry_record(conn.device_id.as_u128(), payload, now_ms(), scratch)
+                    .map_err(|e| Refusal::Payload(e.to_string()))?;
+            conn.append_encoded(scratch, points)
+        })
+    }
+
+    /// Runs `f` with this thread's record encoding buffer (a fresh one if it is in use).
+    fn with_record_buf<T>(&mut self, f: impl FnOnce(&mut Self, &mut Vec<u8>) -> T) -> T {
+        RECORD_BUF.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut scratch) => f(self, &mut scratch),
+            Err(_) => f(self, &mut Vec::new()),
+        })
+    }
+
+    /// Appends an encoded record of `points` data points, after the rate limits; with no points there is
+    /// nothing to append, but the message still counts against the limits.
+    fn append_encoded(&mut self, record: &[u8], points: usize) -> Result<(), Refusal> {
+        self.rate_check(points).map_err(Refusal::RateLimited)?;
+        if points == 0 {
+            return Ok(());
+        }
+        match self.state.ingest.append(self.device_id, record) {
             Ok(seq) => {
                 self.wait_seq = self.wait_seq.max(seq);
-                metrics::ingested(Transport::Mqtt, &record);
+                metrics::ingested(Transport::Mqtt, points);
                 Ok(())
             }
             Err(e @ (IngestError::DiskFull(_) | IngestError::Overloaded)) => {
