@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use compact_str::CompactString;
 use fleetwire_model::Value;
 
 use crate::head::Head;
@@ -73,7 +74,7 @@ impl SeriesState {
 }
 
 /// The series of one entity, in key order (`keys()` returns them in this order).
-pub(crate) type EntitySeries = BTreeMap<Box<str>, SeriesState>;
+pub(crate) type EntitySeries = BTreeMap<CompactString, SeriesState>;
 
 /// One lock's worth of entities. Entity ids are server-made UUIDs, so the map hashes them with
 /// foldhash instead of SipHash: the lookup runs for every record a processor applies.

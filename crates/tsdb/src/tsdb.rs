@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use compact_str::CompactString;
 use fleetwire_model::{Kv, TsRecord, Value};
 use parking_lot::{Mutex, MutexGuard};
 
@@ -273,7 +274,7 @@ impl Tsdb {
         self.store.check_writable()?;
         let mut sealed = 0;
         for shard in self.shards.iter() {
-            let candidates: Vec<(u128, Box<str>)> = {
+            let candidates: Vec<(u128, CompactString)> = {
                 let shard = shard.lock();
                 shard
                     .entities
@@ -460,7 +461,7 @@ impl Tsdb {
         // list is complete when the engine is swapped.
         // Under the persist lock, so that no persist that started before the reopen clears the marks.
         let _persisting = self.persist_lock.lock();
-        let mut series: Vec<(SeriesId, u128, Box<str>)> = Vec::new();
+        let mut series: Vec<(SeriesId, u128, CompactString)> = Vec::new();
         let mut no_latest = Vec::new();
         for shard in self.shards.iter() {
             let mut shard = shard.lock();
