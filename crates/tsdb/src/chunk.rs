@@ -52,7 +52,8 @@ enum Column {
 /// pco's compression level (its default is 8). Measured on 1024-point columns: smart-meter
 /// columns (ts, counter, battery, flags) 153 -> 82 us per chunk, doubles (coordinates, PLC
 /// readings, a noisy sine) 457 -> 125 us, with output within 0.5% either way, and the same
-/// 0.538 / 0.227 / 0.184 B/point at 256 / 1024 / 4096 points in tests/compression.rs. Level 2
+/// 0.538 / 0.227 / 0.184 B/point at 256 / 1024 / 4096 points in tests/compression.rs (all heads
+/// sealed at the maximum). Level 2
 /// loses density (0.540 / 0.230 / 0.202). Sealing runs on the processor thread, beside the
 /// connections, so its cost shows in their latency.
 const COMPRESSION_LEVEL: usize = 4;

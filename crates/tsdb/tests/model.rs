@@ -108,13 +108,15 @@ fn make_value(kind: u8, seq: u64) -> Value {
 }
 
 impl Model {
-    /// The mirror of `Tsdb::apply`: the head takes the point; a full head is sealed.
-    fn head_write(&mut self, r: &Record) {
+    /// The mirror of `Tsdb::apply`: the head takes the point; a head of `seal_size` points is sealed
+    /// (each series has its own, at most `chunk_points_max`).
+    fn head_write(&mut self, r: &Record, seal_size: usize) {
+        assert!(seal_size <= self.chunk_points_max && seal_size * 4 >= self.chunk_points_max * 3);
         let head = self.heads.entry(r.series).or_default();
         head.points.insert(r.ts, (r.seq, r.value.clone()));
         let pin = head.pins.entry(r.source.partition).or_insert(r.source.pos);
         *pin = (*pin).min(r.source.pos);
-        if head.points.len() >= self.chunk_points_max {
+        if head.points.len() >= seal_size {
             self.seal(r.series);
         }
     }
@@ -313,7 +315,8 @@ fn run(chunk_points_max: usize, ops: Vec<Op>) {
                     .entry((record.series, ts))
                     .or_default()
                     .push((seq, record.value.clone()));
-                model.head_write(&record);
+                let seal_size = db.seal_size_of(entity_id(entity), KEYS[key]).unwrap();
+                model.head_write(&record, seal_size);
                 model.log.push(record);
             }
             Op::SealAll => {
@@ -395,7 +398,8 @@ fn run(chunk_points_max: usize, ops: Vec<Op>) {
                     let (entity, key) = r.series;
                     db.write(r.source, entity_id(entity), KEYS[key], r.ts, &r.value)
                         .unwrap();
-                    model.head_write(r);
+                    let seal_size = db.seal_size_of(entity_id(entity), KEYS[key]).unwrap();
+                    model.head_write(r, seal_size);
                 }
                 check_everything(&db, &model);
             }

@@ -66,32 +66,39 @@ fn out_of_order_and_duplicate_ts_writes() {
 #[test]
 fn overlapping_seals_merge_and_newer_points_win() {
     let dir = tempfile::tempdir().unwrap();
-    let db = open(&dir, 4);
-    for ts in 0..8 {
+    let db = open(&dir, 8);
+    db.write(src(0), DEV, "t", 0, &Value::Long(0)).unwrap();
+    // Each series seals at its own size, between 6 and 8 points here.
+    let n = db.seal_size_of(DEV, "t").unwrap() as i64;
+    assert!((6..=8).contains(&n), "seal size {n}");
+    for ts in 1..2 * n {
         db.write(src(ts as u64), DEV, "t", ts, &Value::Long(ts))
             .unwrap();
     }
-    // Two full chunks [0..3] and [4..7] were sealed by the writes themselves.
+    // Two full chunks [0..n-1] and [n..2n-1] were sealed by the writes themselves.
     assert_eq!(db.chunk_stats().unwrap().chunk_count, 2);
     // A replay-like rewrite of chunk starts and a point inside each chunk.
-    for ts in [0, 2, 4, 7] {
+    let rewritten = [0, 2, n, 2 * n - 1];
+    for ts in rewritten {
         db.write(src(100), DEV, "t", ts, &Value::Long(ts * 100))
             .unwrap();
     }
     db.seal_all().unwrap();
-    let expected = longs(&[
-        (0, 0),
-        (1, 1),
-        (2, 200),
-        (3, 3),
-        (4, 400),
-        (5, 5),
-        (6, 6),
-        (7, 700),
-    ]);
-    assert_eq!(all(&db, "t"), expected);
+    let expected: Vec<(i64, i64)> = (0..2 * n)
+        .map(|ts| {
+            (
+                ts,
+                if rewritten.contains(&ts) {
+                    ts * 100
+                } else {
+                    ts
+                },
+            )
+        })
+        .collect();
+    assert_eq!(all(&db, "t"), longs(&expected));
     let stats = db.chunk_stats().unwrap();
-    assert_eq!((stats.chunk_count, stats.point_count), (2, 8));
+    assert_eq!((stats.chunk_count, stats.point_count), (2, 2 * n as u64));
 }
 
 #[test]
@@ -492,4 +499,24 @@ fn timestamps_far_from_now_share_keyspaces_and_read_back() {
         keyspaces <= 8,
         "{keyspaces} keyspaces for far-away timestamps"
     );
+}
+
+#[test]
+fn series_seal_at_sizes_spread_over_the_last_quarter() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir, 1024);
+    let sizes: Vec<usize> = (0..200)
+        .map(|i| {
+            let key = format!("k{i}");
+            db.write(src(i), DEV, &key, 1, &Value::Long(1)).unwrap();
+            db.seal_size_of(DEV, &key).unwrap()
+        })
+        .collect();
+    assert!(sizes.iter().all(|s| (768..=1024).contains(s)), "{sizes:?}");
+    let distinct: std::collections::BTreeSet<_> = sizes.iter().collect();
+    assert!(distinct.len() > 100, "{} distinct sizes", distinct.len());
+    // Below or above the middle about as often: the spread covers the whole quarter.
+    let low = sizes.iter().filter(|&&s| s < 896).count();
+    assert!((60..=140).contains(&low), "{low} of 200 below 896");
+    assert_eq!(db.seal_size_of(DEV, "absent"), None);
 }
