@@ -25,8 +25,9 @@ pub struct TsdbConfig {
     /// data (tests/compression.rs, with the spread sizes below): 0.60 B/point at 256, 0.24 at
     /// 1024, 0.18 at 4096 (0.54, 0.23, 0.18 at one size for all); 1024 takes most of the gain
     /// while a full head of LONG points stays ~17 KiB (with 100k series in memory that is the
-    /// difference between 1.7 and 7 GB of worst-case heads) and a short query decodes 4x less. The server bounds heads further with `seal_older_than`. Each series
-    /// seals at its own size between three quarters of this and this (see `Tsdb::seal_size`).
+    /// difference between 1.7 and 7 GB of worst-case heads) and a short query decodes 4x less.
+    /// The server bounds heads further with `seal_older_than`. Each series seals at its own size
+    /// between three quarters of this and this (see `Tsdb::seal_size`).
     pub chunk_points_max: usize,
     /// Number of lock shards; a power of two is not required.
     pub shard_count: usize,
