@@ -139,7 +139,8 @@ pub struct LogConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TsdbConfig {
-    /// Points per series held in memory before sealing into a chunk.
+    /// Points per series held in memory before sealing into a chunk, at most: each series seals at its
+    /// own size between three quarters of this and this, so a fleet reporting in step does not seal in step.
     pub chunk_points_max: usize,
     /// Age (of the log data it holds) at which an in-memory head is sealed regardless of its size.
     pub head_age_max_s: u64,
