@@ -50,7 +50,7 @@ impl<'a> Flat<'a> {
         let body = self.pos;
         let in_ts_form = self.next()? == b'"' && self.string()? == "ts";
         let count = if in_ts_form {
-            // ThingsBoard's load tool and most SDKs send this form.
+            // Devices that stamp their own time send this form; so does `fleetwire bench`.
             if self.next()? != b':' {
                 return None;
             }
