@@ -14,4 +14,4 @@ pub mod value;
 
 pub use payload::{encode_telemetry_record, parse_attributes, parse_telemetry, PayloadError};
 pub use record::{Record, RecordError};
-pub use value::{DataType, Kv, TsKv, TsRecord, Value};
+pub use value::{DataType, Kv, TsKv, TsRecord, Value, ValueRef};

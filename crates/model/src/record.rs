@@ -11,7 +11,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::value::{Kv, TsRecord, Value};
+use crate::value::{Kv, TsRecord, Value, ValueRef};
 
 /// The layout version written in the first byte.
 pub const RECORD_VERSION: u8 = 1;
@@ -463,28 +463,6 @@ fn write_kvs(kvs: &[Kv], out: &mut Vec<u8>) {
     write_varint(kvs.len() as u64, out);
     for kv in kvs {
         write_entry(&kv.key, ValueRef::from(&kv.value), out);
-    }
-}
-
-/// A value borrowed from wherever it was read, for encoding.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum ValueRef<'a> {
-    Bool(bool),
-    Long(i64),
-    Double(f64),
-    Str(&'a str),
-    Json(&'a str),
-}
-
-impl<'a> From<&'a Value> for ValueRef<'a> {
-    fn from(value: &'a Value) -> ValueRef<'a> {
-        match value {
-            Value::Bool(b) => ValueRef::Bool(*b),
-            Value::Long(v) => ValueRef::Long(*v),
-            Value::Double(v) => ValueRef::Double(*v),
-            Value::Str(s) => ValueRef::Str(s),
-            Value::Json(s) => ValueRef::Json(s),
-        }
     }
 }
 

@@ -91,6 +91,40 @@ impl fmt::Display for Value {
     }
 }
 
+/// A borrowed view of one value, so values can be encoded or folded without allocating.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ValueRef<'a> {
+    Bool(bool),
+    Long(i64),
+    Double(f64),
+    Str(&'a str),
+    Json(&'a str),
+}
+
+impl ValueRef<'_> {
+    pub fn to_value(self) -> Value {
+        match self {
+            ValueRef::Bool(b) => Value::Bool(b),
+            ValueRef::Long(v) => Value::Long(v),
+            ValueRef::Double(v) => Value::Double(v),
+            ValueRef::Str(s) => Value::Str(s.to_owned()),
+            ValueRef::Json(s) => Value::Json(s.to_owned()),
+        }
+    }
+}
+
+impl<'a> From<&'a Value> for ValueRef<'a> {
+    fn from(value: &'a Value) -> ValueRef<'a> {
+        match value {
+            Value::Bool(b) => ValueRef::Bool(*b),
+            Value::Long(v) => ValueRef::Long(*v),
+            Value::Double(v) => ValueRef::Double(*v),
+            Value::Str(s) => ValueRef::Str(s),
+            Value::Json(s) => ValueRef::Json(s),
+        }
+    }
+}
+
 /// A key with its value.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Kv {

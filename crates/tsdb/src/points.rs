@@ -47,27 +47,7 @@ impl Tag {
     }
 }
 
-/// A borrowed view of one value, so queries can fold points without allocating.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum ValueRef<'a> {
-    Bool(bool),
-    Long(i64),
-    Double(f64),
-    Str(&'a str),
-    Json(&'a str),
-}
-
-impl ValueRef<'_> {
-    pub(crate) fn to_value(self) -> Value {
-        match self {
-            ValueRef::Bool(b) => Value::Bool(b),
-            ValueRef::Long(v) => Value::Long(v),
-            ValueRef::Double(v) => Value::Double(v),
-            ValueRef::Str(s) => Value::Str(s.to_owned()),
-            ValueRef::Json(s) => Value::Json(s.to_owned()),
-        }
-    }
-}
+pub(crate) use fleetwire_model::ValueRef;
 
 /// Points of one series sorted by strictly increasing timestamp.
 #[derive(Debug, Clone, Default)]
@@ -287,13 +267,7 @@ impl PartialEq for Points {
 }
 
 pub(crate) fn value_ref(value: &Value) -> ValueRef<'_> {
-    match value {
-        Value::Bool(b) => ValueRef::Bool(*b),
-        Value::Long(v) => ValueRef::Long(*v),
-        Value::Double(v) => ValueRef::Double(*v),
-        Value::Str(s) => ValueRef::Str(s),
-        Value::Json(s) => ValueRef::Json(s),
-    }
+    ValueRef::from(value)
 }
 
 #[cfg(test)]

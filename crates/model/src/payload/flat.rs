@@ -11,8 +11,10 @@
 //! that does not type. The caller then parses the payload the general way, so every result, errors
 //! included, is the general path's: the tests compare the two encodings on generated documents.
 
+use super::lenient;
 use super::number::{self, Typed};
-use crate::record::{self, ValueRef};
+use crate::record;
+use crate::value::ValueRef;
 
 /// Objects with more entries than this take the general path (repeated keys are found by comparing
 /// every pair, and the entry count is written as one byte before the entries are known).
@@ -211,43 +213,13 @@ impl<'a> Flat<'a> {
     /// A strict JSON number at `pos`, as the lenient reader's quick scan reads it; `None` for anything
     /// Gson might read otherwise (the general path then decides).
     fn number_len(&self) -> Option<usize> {
-        let bytes = &self.bytes[self.pos..];
-        let digits_from = |start: usize| {
-            start
-                + bytes[start..]
-                    .iter()
-                    .take_while(|b| b.is_ascii_digit())
-                    .count()
-        };
-        let mut end = usize::from(bytes.first() == Some(&b'-'));
-        match bytes.get(end) {
-            Some(b'0') => end += 1,
-            Some(b'1'..=b'9') => end = digits_from(end + 1),
-            _ => return None,
-        }
-        if bytes.get(end) == Some(&b'.') {
-            let fraction_end = digits_from(end + 1);
-            if fraction_end == end + 1 {
-                return None;
-            }
-            end = fraction_end;
-        }
-        if matches!(bytes.get(end), Some(b'e' | b'E')) {
-            end += 1;
-            if matches!(bytes.get(end), Some(b'+' | b'-')) {
-                end += 1;
-            }
-            let exponent_end = digits_from(end);
-            if exponent_end == end {
-                return None;
-            }
-            end = exponent_end;
-        }
-        // Gson reads 1024 characters or more as an unquoted string.
-        let ends = bytes
+        let end = lenient::strict_number_len(&self.bytes[self.pos..])?;
+        // Gson reads 1024 characters or more as an unquoted string; the fast path takes only the
+        // delimiters it knows.
+        let ends = self.bytes[self.pos..]
             .get(end)
             .is_none_or(|b| matches!(b, b' ' | b'\n' | b'\r' | b'\t' | b',' | b'}'));
-        (ends && end < 1024).then_some(end)
+        (ends && end < lenient::NUMBER_LEN_MAX).then_some(end)
     }
 }
 

@@ -26,7 +26,7 @@ use super::PayloadError;
 pub(crate) const NESTING_DEPTH_MAX: u32 = 512;
 
 /// Gson peeks numbers inside its 1024-character buffer; longer ones read as unquoted strings.
-const NUMBER_LEN_MAX: usize = 1024;
+pub(crate) const NUMBER_LEN_MAX: usize = 1024;
 
 /// Parses one lenient JSON document.
 pub(crate) fn parse(text: &str) -> Result<Node<'_>, PayloadError> {
@@ -253,42 +253,7 @@ impl<'a> Reader<'a> {
     /// A quick scan for the usual case: a strict JSON number followed by a delimiter or the end.
     /// `None` leaves the decision to Gson's state machine.
     fn strict_number_len(&self) -> Option<usize> {
-        let bytes = &self.bytes[self.pos..];
-        let digits_from = |start: usize| {
-            start
-                + bytes[start..]
-                    .iter()
-                    .take_while(|b| b.is_ascii_digit())
-                    .count()
-        };
-        let mut end = usize::from(bytes.first() == Some(&b'-'));
-        match bytes.get(end) {
-            Some(b'0') => end += 1,
-            Some(b'1'..=b'9') => end = digits_from(end + 1),
-            _ => return None,
-        }
-        if bytes.get(end) == Some(&b'.') {
-            let fraction_end = digits_from(end + 1);
-            if fraction_end == end + 1 {
-                return None;
-            }
-            end = fraction_end;
-        }
-        if matches!(bytes.get(end), Some(b'e' | b'E')) {
-            end += 1;
-            if matches!(bytes.get(end), Some(b'+' | b'-')) {
-                end += 1;
-            }
-            let exponent_end = digits_from(end);
-            if exponent_end == end {
-                return None;
-            }
-            end = exponent_end;
-        }
-        match bytes.get(end) {
-            Some(&b) if is_literal(b) => None,
-            _ => Some(end),
-        }
+        strict_number_len(&self.bytes[self.pos..])
     }
 
     fn gson_number_len(&self) -> Option<usize> {
@@ -434,6 +399,46 @@ impl<'a> Reader<'a> {
 
     fn error(&self, at: usize, reason: &'static str) -> PayloadError {
         syntax_error(self.text, at, reason)
+    }
+}
+
+/// The length of the strict JSON number at the start of `bytes` if it is followed by a delimiter (a byte
+/// that cannot continue an unquoted literal) or the end; `None` otherwise.
+pub(crate) fn strict_number_len(bytes: &[u8]) -> Option<usize> {
+    let digits_from = |start: usize| {
+        start
+            + bytes[start..]
+                .iter()
+                .take_while(|b| b.is_ascii_digit())
+                .count()
+    };
+    let mut end = usize::from(bytes.first() == Some(&b'-'));
+    match bytes.get(end) {
+        Some(b'0') => end += 1,
+        Some(b'1'..=b'9') => end = digits_from(end + 1),
+        _ => return None,
+    }
+    if bytes.get(end) == Some(&b'.') {
+        let fraction_end = digits_from(end + 1);
+        if fraction_end == end + 1 {
+            return None;
+        }
+        end = fraction_end;
+    }
+    if matches!(bytes.get(end), Some(b'e' | b'E')) {
+        end += 1;
+        if matches!(bytes.get(end), Some(b'+' | b'-')) {
+            end += 1;
+        }
+        let exponent_end = digits_from(end);
+        if exponent_end == end {
+            return None;
+        }
+        end = exponent_end;
+    }
+    match bytes.get(end) {
+        Some(&b) if is_literal(b) => None,
+        _ => Some(end),
     }
 }
 
