@@ -5,6 +5,8 @@
 //! LONG, DOUBLE or BOOLEAN point allocates nothing once the columns have grown. STRING and JSON
 //! payloads are an index into a side table of `String`s.
 
+use std::borrow::Cow;
+
 use fleetwire_model::Value;
 
 /// The type of one point, as stored in the `tags` column and in a chunk's type column.
@@ -113,6 +115,17 @@ impl Points {
         self.ts.partition_point(|&t| t < bound)
     }
 
+    /// Asks the CPU to start loading the cache lines the next append writes (the end of each column).
+    /// A processor applies records of devices in turn, so these lines are cold each time; a record
+    /// writes several series of one device, and loading their lines together instead of one
+    /// after the other is what this is for.
+    pub(crate) fn prefetch_tail(&self) {
+        let len = self.ts.len();
+        prefetch(self.ts.as_ptr().wrapping_add(len));
+        prefetch(self.tags.as_ptr().wrapping_add(len));
+        prefetch(self.payload.as_ptr().wrapping_add(len));
+    }
+
     /// Appends a point whose ts is greater than every ts already held.
     pub(crate) fn push_ref(&mut self, ts: i64, value: ValueRef<'_>) {
         debug_assert!(self.ts.last().is_none_or(|&last| last < ts));
@@ -190,14 +203,33 @@ impl Points {
         self.slice(lo, hi)
     }
 
-    /// Copies points `lo..hi` (indices).
+    /// Copies points `lo..hi` (indices). Without texts the columns are copied whole; with them each
+    /// point is copied, so that the copy holds only its own texts.
     pub(crate) fn slice(&self, lo: usize, hi: usize) -> Points {
+        if self.texts.is_empty() {
+            return Points {
+                ts: self.ts[lo..hi].to_vec(),
+                tags: self.tags[lo..hi].to_vec(),
+                payload: self.payload[lo..hi].to_vec(),
+                texts: Vec::new(),
+            };
+        }
         let mut out = Points::new();
         out.reserve(hi - lo);
         for i in lo..hi {
             out.push_ref(self.ts[i], self.get(i));
         }
         out
+    }
+
+    /// Points `lo..hi` (indices): borrowed when that is all of them (a sealed head, most often),
+    /// else a copy.
+    pub(crate) fn part(&self, lo: usize, hi: usize) -> Cow<'_, Points> {
+        if lo == 0 && hi == self.len() {
+            Cow::Borrowed(self)
+        } else {
+            Cow::Owned(self.slice(lo, hi))
+        }
     }
 
     pub(crate) fn reserve(&mut self, additional: usize) {
@@ -268,6 +300,21 @@ impl PartialEq for Points {
 
 pub(crate) fn value_ref(value: &Value) -> ValueRef<'_> {
     ValueRef::from(value)
+}
+
+/// A hint that the cache line holding `p` will be written soon; it never reads or writes `p` (and
+/// does nothing on other architectures).
+#[inline(always)]
+fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is only a hint: it does not access memory as far as the program is
+    // concerned and cannot fault, whatever the address (here one past a vector's last element).
+    #[allow(unsafe_code)]
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 #[cfg(test)]

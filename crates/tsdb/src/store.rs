@@ -393,7 +393,7 @@ impl Engine {
                 None => points.len(),
             };
             let ks = self.month_keyspace(month)?;
-            self.write_month(&ks, id, &points.slice(i, j))?;
+            self.write_month(&ks, id, &points.part(i, j))?;
             i = j;
         }
         Ok(())
@@ -413,7 +413,7 @@ impl Engine {
                 Some(p) if p.header.last_ts >= t => {
                     let j = ts.partition_point(|&x| x <= p.header.last_ts);
                     let existing = self.decode(ks, id, &p)?;
-                    let merged = Points::merge(&existing, &g.slice(i, j));
+                    let merged = Points::merge(&existing, &g.part(i, j));
                     self.replace(ks, id, Some(p.start_ts), &merged)?;
                     i = j;
                 }
@@ -422,7 +422,7 @@ impl Engine {
                         Some(next_start) => g.lower_bound(next_start),
                         None => g.len(),
                     };
-                    let run = g.slice(i, j);
+                    let run = g.part(i, j);
                     match pred {
                         Some(p)
                             if p.header.point_count as usize + run.len()
@@ -458,7 +458,7 @@ impl Engine {
         let mut lo = 0;
         while lo < points.len() {
             let hi = (lo + piece_len).min(points.len());
-            let piece = points.slice(lo, hi);
+            let piece = points.part(lo, hi);
             let start = points.ts()[lo];
             overwritten |= old_start == Some(start);
             let blob = chunk::encode(&piece).map_err(|e| Error::Encode(e.0))?;

@@ -18,6 +18,10 @@ use crate::query::{self, Query};
 use crate::series::{EntitySeries, SeriesId, SeriesState, Shard};
 use crate::store::{ChunkStats, Store, WriteState};
 
+/// Entities with at most this many series have all their heads' tails prefetched before a message
+/// is applied; beyond it a message most likely writes a few of many.
+const PREFETCH_SERIES_MAX: usize = 16;
+
 /// Configuration of the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TsdbConfig {
@@ -200,6 +204,13 @@ impl Tsdb {
         let mut shard = self.shard(entity);
         // One entity lookup for the whole message.
         let keys = shard.entities.entry(entity).or_default();
+        // A device's message usually writes every series it has; start loading their heads' tails
+        // together (see `Points::prefetch_tail`).
+        if keys.len() <= PREFETCH_SERIES_MAX {
+            for state in keys.values() {
+                state.head.points.prefetch_tail();
+            }
+        }
         for record in records {
             self.apply_group(keys, source, entity, record.ts, &record.kvs)?;
         }
