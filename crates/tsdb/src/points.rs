@@ -327,6 +327,31 @@ mod tests {
             .collect()
     }
 
+    proptest::proptest! {
+        /// Any sequence of upserts of any types reads back as a map from ts to the last value written.
+        #[test]
+        fn upserts_read_back_as_a_map(writes in proptest::collection::vec((0i64..40, 0u8..5, 0i64..3), 0..60)) {
+            let mut p = Points::new();
+            let mut model = std::collections::BTreeMap::new();
+            for (ts, kind, n) in writes {
+                let value = match kind {
+                    0 => Value::Bool(n == 1),
+                    1 => Value::Long(n),
+                    2 => Value::Double(n as f64 / 2.0),
+                    3 => Value::Str(format!("s{n}")),
+                    _ => Value::Json(format!("{{\"n\":{n}}}")),
+                };
+                p.upsert(ts, &value);
+                model.insert(ts, value);
+            }
+            let expected: Vec<(i64, Value)> = model.into_iter().collect();
+            proptest::prop_assert_eq!(collect(&p), expected.clone());
+            proptest::prop_assert_eq!(collect(&p.slice(0, p.len())), expected.clone());
+            let half = p.len() / 2;
+            proptest::prop_assert_eq!(collect(&p.slice(half, p.len())), expected[half..].to_vec());
+        }
+    }
+
     #[test]
     fn upsert_sorts_out_of_order_and_replaces_equal_ts() {
         let mut p = Points::new();
