@@ -46,7 +46,7 @@ enum Column {
     /// 15-27 ms apart) it gave the bytes of order 1, at 2-5x the encode time.
     Ts,
     /// Values: pco chooses the mode; the delta order is ours ([`delta_order`]).
-    Values,
+    Values(usize),
     /// Booleans and type tags: 8-bit numbers, which pco refuses unless asked. Mostly-constant
     /// flags cost ~30 B per 1000 points, alternating ones ~1.2 bits per point.
     Bytes,
@@ -61,13 +61,13 @@ enum Column {
 /// connections, so its cost shows in their latency.
 const COMPRESSION_LEVEL: usize = 4;
 
-fn pco_config(column: Column, delta_order: usize) -> pco::ChunkConfig {
+fn pco_config(column: Column) -> pco::ChunkConfig {
     let config = pco::ChunkConfig::default().with_compression_level(COMPRESSION_LEVEL);
     match column {
         Column::Ts => config
             .with_mode_spec(pco::ModeSpec::Classic)
             .with_delta_spec(pco::DeltaSpec::TryConsecutive(1)),
-        Column::Values => config.with_delta_spec(pco::DeltaSpec::TryConsecutive(delta_order)),
+        Column::Values(order) => config.with_delta_spec(pco::DeltaSpec::TryConsecutive(order)),
         Column::Bytes => config.with_enable_8_bit(true),
     }
 }
@@ -97,12 +97,6 @@ impl Spread for u32 {
     }
 }
 
-impl Spread for u8 {
-    fn wide(self) -> f64 {
-        f64::from(self)
-    }
-}
-
 /// The delta order (0, 1 or 2) for a value column: the one whose differences span the narrowest
 /// range, an order being taken only when it at least halves the range of the one below (saves a
 /// bit per value). pco's own choice (`DeltaSpec::Auto`) estimates the compressed size of a
@@ -113,28 +107,21 @@ impl Spread for u8 {
 /// gives up is lookback, for values that repeat a pattern further back than the previous value.
 /// Only the size of a chunk depends on the choice: the order is recorded in the chunk.
 fn delta_order<T: Spread>(values: &[T]) -> usize {
-    let mut range = [(f64::INFINITY, f64::NEG_INFINITY); 3];
-    let mut widen = |order: usize, x: f64| {
-        let (lo, hi) = &mut range[order];
-        *lo = lo.min(x);
-        *hi = hi.max(x);
-    };
-    let mut prev: Option<(f64, Option<f64>)> = None;
-    for &v in values {
-        let x = v.wide();
-        widen(0, x);
-        let d1 = prev.map(|(p, _)| x - p);
-        if let Some(d1) = d1 {
-            widen(1, d1);
-            if let Some((_, Some(p1))) = prev {
-                widen(2, d1 - p1);
-            }
-        }
-        prev = Some((x, d1));
+    // The span of a column of differences. One without any (a column of one or two values) comes
+    // out negative, an infinite value makes it infinite, NaN is skipped by min and max; either way
+    // the column takes no delta.
+    fn width(xs: impl Iterator<Item = f64>) -> f64 {
+        let (lo, hi) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+            (lo.min(x), hi.max(x))
+        });
+        hi - lo
     }
-    // An order with no differences (a column of one or two values) has lo > hi; an infinite
-    // value gives an infinite width; NaN is skipped by min and max. Either way no delta.
-    let widths = range.map(|(lo, hi)| hi - lo);
+    let d1 = |a: T, b: T| b.wide() - a.wide();
+    let widths = [
+        width(values.iter().map(|v| v.wide())),
+        width(values.windows(2).map(|w| d1(w[0], w[1]))),
+        width(values.windows(3).map(|w| d1(w[1], w[2]) - d1(w[0], w[1]))),
+    ];
     if widths.iter().any(|w| !w.is_finite() || *w < 0.0) {
         return 0;
     }
@@ -152,12 +139,12 @@ fn put_section(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
-fn put_pco<T: Spread>(out: &mut Vec<u8>, column: Column, values: &[T]) -> Result<(), EncodeError> {
-    let order = match column {
-        Column::Values => delta_order(values),
-        Column::Ts | Column::Bytes => 0,
-    };
-    let bytes = pco::standalone::simple_compress(values, &pco_config(column, order))
+fn put_pco<T: pco::data_types::Number>(
+    out: &mut Vec<u8>,
+    column: Column,
+    values: &[T],
+) -> Result<(), EncodeError> {
+    let bytes = pco::standalone::simple_compress(values, &pco_config(column))
         .map_err(|e| EncodeError(format!("pco compress: {e}")))?;
     put_section(out, &bytes);
     Ok(())
@@ -209,14 +196,14 @@ pub(crate) fn encode(points: &Points) -> Result<Vec<u8>, EncodeError> {
         put_pco(&mut out, Column::Bytes, &bools)?;
     }
     if !longs.is_empty() {
-        put_pco(&mut out, Column::Values, &longs)?;
+        put_pco(&mut out, Column::Values(delta_order(&longs)), &longs)?;
     }
     if !doubles.is_empty() {
-        put_pco(&mut out, Column::Values, &doubles)?;
+        put_pco(&mut out, Column::Values(delta_order(&doubles)), &doubles)?;
     }
     for (lens, bytes) in &texts {
         if !lens.is_empty() {
-            put_pco(&mut out, Column::Values, lens)?;
+            put_pco(&mut out, Column::Values(delta_order(lens)), lens)?;
             put_section(&mut out, bytes);
         }
     }
@@ -602,7 +589,7 @@ mod tests {
     }
 
     fn size_with<T: super::Spread>(values: &[T], spec: pco::DeltaSpec) -> usize {
-        let config = super::pco_config(super::Column::Values, 0).with_delta_spec(spec);
+        let config = super::pco_config(super::Column::Values(0)).with_delta_spec(spec);
         pco::standalone::simple_compress(values, &config)
             .unwrap()
             .len()
