@@ -627,9 +627,17 @@ impl Reader<'_> {
         for i in 0..count {
             match kvs.get_mut(i) {
                 Some(kv) => {
-                    let key = self.str()?;
-                    kv.key.clear();
-                    kv.key.push_str(key);
+                    // Consecutive records of a fleet name the same keys in the same order: a key equal to
+                    // the one already in place (so valid UTF-8) is neither validated nor copied again.
+                    let len = self.count(1)?;
+                    let offset = self.pos;
+                    let bytes = self.slice(len)?;
+                    if kv.key.as_bytes() != bytes {
+                        let key =
+                            std::str::from_utf8(bytes).map_err(|_| RecordError::Utf8 { offset })?;
+                        kv.key.clear();
+                        kv.key.push_str(key);
+                    }
                     kv.value = self.value()?;
                 }
                 None => {
@@ -710,8 +718,8 @@ mod tests {
             }],
         };
         let mut scratch = Vec::new();
-        // Growing from nothing, shrinking, and growing again over what is left.
-        for record in [&big, &small, &big] {
+        // Growing from nothing, shrinking, growing again over what is left, and the same keys again.
+        for record in [&big, &small, &big, &big] {
             let entity = decode_telemetry_into(&encoded(record), &mut scratch).unwrap();
             let Record::Telemetry { entity: e, records } = record else {
                 unreachable!()
@@ -831,6 +839,33 @@ mod tests {
             Record::decode(&bad_utf8),
             Err(RecordError::Utf8 { offset: 22 })
         );
+    }
+
+    #[test]
+    fn a_reused_key_slot_still_refuses_bad_utf8() {
+        let record = Record::Telemetry {
+            entity: 0,
+            records: vec![TsRecord {
+                ts: 1,
+                kvs: vec![kv("k", Value::Long(2))],
+            }],
+        };
+        let good = encoded(&record);
+        let at = good.iter().position(|&b| b == b'k').unwrap();
+        let mut bad = good.clone();
+        bad[at] = 0xff;
+        let mut scratch = Vec::new();
+        assert_eq!(decode_telemetry_into(&good, &mut scratch), Ok(Some(0)));
+        assert_eq!(
+            decode_telemetry_into(&bad, &mut scratch),
+            Err(RecordError::Utf8 { offset: at })
+        );
+        // And a good record decodes over what the failed one left.
+        assert_eq!(decode_telemetry_into(&good, &mut scratch), Ok(Some(0)));
+        let Record::Telemetry { records, .. } = &record else {
+            unreachable!()
+        };
+        assert_eq!(&scratch, records);
     }
 
     #[test]

@@ -305,7 +305,7 @@ pub(crate) fn value_ref(value: &Value) -> ValueRef<'_> {
 /// A hint that the cache line holding `p` will be written soon; it never reads or writes `p` (and
 /// does nothing on other architectures).
 #[inline(always)]
-fn prefetch<T>(p: *const T) {
+pub(crate) fn prefetch<T>(p: *const T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is only a hint: it does not access memory as far as the program is
     // concerned and cannot fault, whatever the address (here one past a vector's last element).
@@ -316,6 +316,20 @@ fn prefetch<T>(p: *const T) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
 }
+
+/// Prefetches every cache line of `object`, so that reading its fields later does not wait for memory.
+pub(crate) fn prefetch_object<T>(object: &T) {
+    let start = std::ptr::from_ref(object).cast::<u8>();
+    let mut offset = 0;
+    while offset < std::mem::size_of::<T>() {
+        prefetch(start.wrapping_add(offset));
+        offset += CACHE_LINE;
+    }
+    // The last line, when the object does not start on a line boundary.
+    prefetch(start.wrapping_add(std::mem::size_of::<T>().saturating_sub(1)));
+}
+
+const CACHE_LINE: usize = 64;
 
 #[cfg(test)]
 mod tests {

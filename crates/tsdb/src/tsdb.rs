@@ -206,7 +206,12 @@ impl Tsdb {
         let keys = shard.entities.entry(entity).or_default();
         // A device's message usually writes every series it has; start loading their heads' tails
         // together (see `Points::prefetch_tail`).
+        // First the series states themselves (their addresses are in the node, their fields are not),
+        // so that the loads of the tails' addresses below, and of the latest values later, overlap.
         if keys.len() <= PREFETCH_SERIES_MAX {
+            for state in keys.values() {
+                crate::points::prefetch_object(state);
+            }
             for state in keys.values() {
                 state.head.points.prefetch_tail();
             }
