@@ -82,6 +82,9 @@ impl<'a> Flat<'a> {
             b'"' => number::parse_java_long(self.string()?),
             b'-' | b'0'..=b'9' => {
                 self.pos -= 1;
+                if let Some(value) = self.plain_integer() {
+                    return Some(value);
+                }
                 let start = self.pos;
                 let len = self.number_len()?;
                 self.pos += len;
@@ -148,9 +151,7 @@ impl<'a> Flat<'a> {
     /// A double-quoted string without escapes, its opening quote consumed.
     fn string(&mut self) -> Option<&'a str> {
         let start = self.pos;
-        let len = self.bytes[start..]
-            .iter()
-            .position(|&b| b == b'"' || b == b'\\')?;
+        let len = memchr::memchr2(b'"', b'\\', &self.bytes[start..])?;
         if self.bytes[start + len] != b'"' {
             return None;
         }
@@ -183,6 +184,10 @@ impl<'a> Flat<'a> {
             }
             b'-' | b'0'..=b'9' => {
                 self.pos -= 1;
+                if let Some(value) = self.plain_integer() {
+                    record::write_entry(key, ValueRef::Long(value), out);
+                    return Some(true);
+                }
                 let start = self.pos;
                 let len = self.number_len()?;
                 self.pos += len;
@@ -208,6 +213,31 @@ impl<'a> Flat<'a> {
         self.bytes
             .get(self.pos)
             .is_none_or(|b| matches!(b, b' ' | b'\n' | b'\r' | b'\t' | b',' | b'}'))
+    }
+
+    /// The number at `pos` read in one pass, if it is the common case: an optional `-` and 1 to 18 digits
+    /// without a leading zero, followed by a delimiter the fast path takes. Such a number is a LONG, as
+    /// `number::type_number` and `number::java_long_value` type it, and at most 18 digits cannot overflow.
+    /// `None` (and `pos` unmoved) for anything else, which then takes the general scan and typing.
+    fn plain_integer(&mut self) -> Option<i64> {
+        let bytes = &self.bytes[self.pos..];
+        let negative = bytes.first() == Some(&b'-');
+        let digits = &bytes[usize::from(negative)..];
+        let count = digits.iter().take_while(|b| b.is_ascii_digit()).count();
+        if count == 0 || count > 18 || (digits[0] == b'0' && count > 1) {
+            return None;
+        }
+        if !digits
+            .get(count)
+            .is_none_or(|b| matches!(b, b' ' | b'\n' | b'\r' | b'\t' | b',' | b'}'))
+        {
+            return None;
+        }
+        let magnitude = digits[..count]
+            .iter()
+            .fold(0i64, |value, &digit| value * 10 + i64::from(digit - b'0'));
+        self.pos += usize::from(negative) + count;
+        Some(if negative { -magnitude } else { magnitude })
     }
 
     /// A strict JSON number at `pos`, as the lenient reader's quick scan reads it; `None` for anything

@@ -605,6 +605,9 @@ fn the_payloads_devices_send_take_the_fast_path() {
         r#"{"ts":-5,"values":{"values":1,"ts":2}}"#,
         r#"{"ts":1.5e3,"values":{"a":null,"b":2}}"#,
         r#"{"ts":99999999999999999999,"values":{"a":1}}"#,
+        // 18 digits are read in one pass, 19 through the general typing.
+        r#"{"a":999999999999999999,"b":-999999999999999999,"c":1000000000000000000,"d":-0}"#,
+        r#"{"ts":999999999999999999,"values":{"a":-1000000000000000000}}"#,
     ] {
         match check_fast_path(payload) {
             Ok(fast) => assert!(fast, "general path taken for {payload}"),
