@@ -223,7 +223,15 @@ impl<'a> Flat<'a> {
         let bytes = &self.bytes[self.pos..];
         let negative = bytes.first() == Some(&b'-');
         let digits = &bytes[usize::from(negative)..];
-        let count = digits.iter().take_while(|b| b.is_ascii_digit()).count();
+        // Wrapping: a 19th digit may overflow before the count rejects the number.
+        let mut magnitude = 0i64;
+        let mut count = 0;
+        while let Some(&digit @ b'0'..=b'9') = digits.get(count) {
+            magnitude = magnitude
+                .wrapping_mul(10)
+                .wrapping_add(i64::from(digit - b'0'));
+            count += 1;
+        }
         if count == 0 || count > 18 || (digits[0] == b'0' && count > 1) {
             return None;
         }
@@ -233,9 +241,6 @@ impl<'a> Flat<'a> {
         {
             return None;
         }
-        let magnitude = digits[..count]
-            .iter()
-            .fold(0i64, |value, &digit| value * 10 + i64::from(digit - b'0'));
         self.pos += usize::from(negative) + count;
         Some(if negative { -magnitude } else { magnitude })
     }
