@@ -58,6 +58,24 @@ pub enum IngestError {
     Thread(std::io::Error),
 }
 
+impl IngestError {
+    /// What an append's log error means to the writer.
+    fn from_log(e: fleetwire_log::LogError) -> IngestError {
+        match e {
+            fleetwire_log::LogError::Poisoned { .. } => IngestError::Poisoned,
+            fleetwire_log::LogError::DiskFull { reason } => IngestError::DiskFull(reason),
+            fleetwire_log::LogError::RecordTooLarge {
+                len_bytes,
+                max_bytes,
+            } => IngestError::TooLarge {
+                len_bytes,
+                max_bytes,
+            },
+            other => IngestError::Log(other),
+        }
+    }
+}
+
 /// What happened to a device outside its records, for its processor's alarm rules.
 #[derive(Debug, Clone)]
 pub(crate) enum DeviceEvent {
@@ -256,6 +274,26 @@ impl Ingest {
     ///
     /// [`durable`]: Ingest::durable
     pub fn append(&self, device: Uuid, record: &[u8]) -> Result<u64, IngestError> {
+        self.check_accepting()?;
+        let partition = self.partition_of(device);
+        self.log
+            .append(u32::from(partition), record)
+            .map_err(IngestError::from_log)
+    }
+
+    /// Appends several encoded records of `device` in order, taking the log's queue lock once; returns
+    /// the last one's sequence number. Every record is checked before any is queued.
+    pub fn append_batch(&self, device: Uuid, records: &[&[u8]]) -> Result<u64, IngestError> {
+        self.check_accepting()?;
+        let partition = u32::from(self.partition_of(device));
+        let records: Vec<(u32, &[u8])> = records.iter().map(|r| (partition, *r)).collect();
+        self.log
+            .append_batch(&records)
+            .map_err(IngestError::from_log)
+    }
+
+    /// Refuses appends while shutting down or short of disk space.
+    fn check_accepting(&self) -> Result<(), IngestError> {
         if self.shutdown.load(Ordering::Relaxed) {
             return Err(IngestError::ShuttingDown);
         }
@@ -264,21 +302,7 @@ impl Ingest {
                 "free space on the data directory is under log.disk_free_min_bytes".to_string(),
             ));
         }
-        let partition = self.partition_of(device);
-        self.log
-            .append(u32::from(partition), record)
-            .map_err(|e| match e {
-                fleetwire_log::LogError::Poisoned { .. } => IngestError::Poisoned,
-                fleetwire_log::LogError::DiskFull { reason } => IngestError::DiskFull(reason),
-                fleetwire_log::LogError::RecordTooLarge {
-                    len_bytes,
-                    max_bytes,
-                } => IngestError::TooLarge {
-                    len_bytes,
-                    max_bytes,
-                },
-                other => IngestError::Log(other),
-            })
+        Ok(())
     }
 
     /// Encodes and appends a record, reusing `scratch` as the encoding buffer.

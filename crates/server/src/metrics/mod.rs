@@ -234,6 +234,12 @@ pub fn ingested(transport: Transport, points: usize) {
     POINTS_IN[transport as usize].fetch_add(points as u64, Ordering::Relaxed);
 }
 
+/// `messages` messages carrying `points` data points in all were accepted.
+pub fn ingested_many(transport: Transport, messages: usize, points: usize) {
+    MESSAGES_IN[transport as usize].fetch_add(messages as u64, Ordering::Relaxed);
+    POINTS_IN[transport as usize].fetch_add(points as u64, Ordering::Relaxed);
+}
+
 /// Something was refused: a CONNACK or PUBACK error code, a DISCONNECT, an HTTP 4xx/5xx.
 pub fn refused(transport: Transport, reason: Reason) {
     REFUSED[transport as usize][reason as usize].fetch_add(1, Ordering::Relaxed);

@@ -66,6 +66,36 @@ thread_local! {
     static READ_BUF: RefCell<BytesMut> = RefCell::new(BytesMut::new());
     /// The encoding buffer of log records, shared by the connections served on this thread.
     static RECORD_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// The telemetry of the read being handled, waiting to be appended (see [`Staged`]).
+    static STAGED: RefCell<Staged> = RefCell::new(Staged::default());
+}
+
+/// The telemetry records of one read, appended to the log together once the read's packets are handled
+/// (or before the first packet of it that is not telemetry): one lock of the log's queue per read instead
+/// of one per PUBLISH. Nothing awaits between staging and appending, so one per thread serves every
+/// connection on it.
+#[derive(Default)]
+struct Staged {
+    /// The records, back to back; record `i` ends at `ends[i]`.
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+    /// The telemetry PUBLISHes answered since `out_mark`, in order: (packet id, whether a PUBACK answers
+    /// it, whether its record is staged; if not, it had no data points and was answered as accepted).
+    publishes: Vec<(u16, bool, bool)>,
+    points: usize,
+    /// The length of the connection's answers before the first staged PUBLISH's PUBACK: only the answers
+    /// of `publishes` follow it, as anything else (another packet, a refused PUBLISH) first appends what
+    /// is staged.
+    out_mark: usize,
+}
+
+impl Staged {
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+        self.publishes.clear();
+        self.points = 0;
+    }
 }
 
 /// Why a connection ends.
@@ -335,8 +365,15 @@ impl Conn<'_> {
         Ok(self.process(buf, max))
     }
 
-    /// Handles every complete packet in `buf`; `Some` ends the connection.
+    /// Handles every complete packet in `buf`, then appends the telemetry they staged; `Some` ends the
+    /// connection.
     fn process(&mut self, buf: &mut BytesMut, max: usize) -> Option<End> {
+        let end = self.process_packets(buf, max);
+        // The staged PUBLISHes came before whatever ended the connection.
+        self.append_staged().or(end)
+    }
+
+    fn process_packets(&mut self, buf: &mut BytesMut, max: usize) -> Option<End> {
         let mut complete = false;
         loop {
             match decode(buf, self.protocol, max) {
@@ -447,6 +484,11 @@ impl Conn<'_> {
 
     /// Handles one packet; `Some` ends the connection.
     fn handle(&mut self, packet: Packet) -> Option<End> {
+        if !matches!(packet, Packet::Publish(_)) {
+            if let Some(end) = self.append_staged() {
+                return Some(end);
+            }
+        }
         match packet {
             Packet::Publish(publish) => self.publish(publish),
             Packet::Subscribe(subscribe) => {
@@ -499,15 +541,20 @@ impl Conn<'_> {
     }
 
     fn publish(&mut self, publish: Publish) -> Option<End> {
-        let v5 = self.protocol == Protocol::V5;
         // ThingsBoard answers QoS 2 with a PUBACK as well; we do the same (QoS 2 flows come later).
         let ack = publish.qos != QoS::AtMostOnce;
         let pkid = publish.pkid;
-        if let Some(topic) = topics::gateway_topic(publish.topic.as_str()) {
+        let gateway_topic = topics::gateway_topic(publish.topic.as_str());
+        let topic = topics::classify(publish.topic.as_str());
+        if gateway_topic.is_some() || !matches!(topic, DeviceTopic::Telemetry) {
+            if let Some(end) = self.append_staged() {
+                return Some(end);
+            }
+        }
+        if let Some(topic) = gateway_topic {
             return self.gateway_publish(topic, publish);
         }
         let device = self.device_id;
-        let topic = topics::classify(publish.topic.as_str());
         // Data messages are counted once parsed (by their data points, in `append`); the rest as one message.
         if !matches!(
             topic,
@@ -518,7 +565,7 @@ impl Conn<'_> {
             }
         }
         let result = match topic {
-            DeviceTopic::Telemetry => self.append_telemetry(&publish.payload),
+            DeviceTopic::Telemetry => self.stage_telemetry(&publish.payload, pkid, ack),
             DeviceTopic::Attributes => {
                 self.append(client_attributes_record(device, &publish.payload))
             }
@@ -604,7 +651,21 @@ impl Conn<'_> {
                 }
                 None
             }
-            Err(Refusal::Topic) => {
+            Err(refusal) => {
+                // Its answer must follow those of the PUBLISHes staged before it, which the log may refuse.
+                if let Some(end) = self.append_staged() {
+                    return Some(end);
+                }
+                self.refused(refusal, ack, pkid)
+            }
+        }
+    }
+
+    /// Answers a PUBLISH that was refused; `Some` ends the connection.
+    fn refused(&mut self, refusal: Refusal, ack: bool, pkid: u16) -> Option<End> {
+        let v5 = self.protocol == Protocol::V5;
+        match refusal {
+            Refusal::Topic => {
                 metrics::refused(Transport::Mqtt, Reason::Topic);
                 if ack {
                     // 3.x has no reason codes: the PUBACK looks like success, as in ThingsBoard.
@@ -612,7 +673,7 @@ impl Conn<'_> {
                 }
                 None
             }
-            Err(Refusal::Payload(message)) => {
+            Refusal::Payload(message) => {
                 tracing::debug!(peer = %self.peer, %message, "malformed payload");
                 metrics::refused(Transport::Mqtt, Reason::Malformed);
                 if v5 {
@@ -624,8 +685,8 @@ impl Conn<'_> {
                     Some(End::Server(None))
                 }
             }
-            Err(Refusal::RateLimited(level)) => self.rate_limited(level, ack, pkid),
-            Err(Refusal::Full(message)) => {
+            Refusal::RateLimited(level) => self.rate_limited(level, ack, pkid),
+            Refusal::Full(message) => {
                 metrics::refused(Transport::Mqtt, Reason::DiskFull);
                 // Disk full: refused, nothing stored. MQTT 5 says so in the PUBACK (or, for QoS 0, in a
                 // DISCONNECT); 3.x has no reason codes, and a PUBACK would read as success, so it closes.
@@ -639,7 +700,7 @@ impl Conn<'_> {
                     (false, _) => Some(End::Server(None)),
                 }
             }
-            Err(Refusal::Unavailable(message)) => {
+            Refusal::Unavailable(message) => {
                 // As ThingsBoard on a processing failure: no PUBACK, and MQTT 5 gets DISCONNECT 0x83.
                 tracing::debug!(peer = %self.peer, %message, "cannot accept a message");
                 crate::sustained_warn!(%message, "cannot accept MQTT messages; closing connections");
@@ -699,8 +760,110 @@ impl Conn<'_> {
         })
     }
 
-    /// Telemetry from the payload straight into its log record: the path of nearly every message, so
-    /// it skips the `Record` that `append` goes through (see `fleetwire_model::encode_telemetry_record`).
+    /// Telemetry from the payload straight into its log record, staged to be appended with the rest of
+    /// the read ([`Staged`]), once the rate limits let it through: the path of nearly every message, so it
+    /// skips the `Record` that `append` goes through (see `fleetwire_model::encode_telemetry_record`).
+    /// The caller answers it as accepted; `append_staged` replaces that answer if the log refuses.
+    fn stage_telemetry(&mut self, payload: &[u8], pkid: u16, ack: bool) -> Result<(), Refusal> {
+        let entity = self.device_id.as_u128();
+        let out_len = self.out.len();
+        STAGED.with(|cell| {
+            let Ok(mut staged) = cell.try_borrow_mut() else {
+                // Not reachable (nothing awaits while it is borrowed); append at once instead.
+                return self.append_telemetry(payload);
+            };
+            let staged = &mut *staged;
+            let start = staged.bytes.len();
+            let points = encode_telemetry_record(entity, payload, now_ms(), &mut staged.bytes);
+            let checked = points
+                .map_err(|e| Refusal::Payload(e.to_string()))
+                .and_then(|points| {
+                    self.rate_check(points)
+                        .map(|()| points)
+                        .map_err(Refusal::RateLimited)
+                });
+            match checked {
+                Ok(points) if points > 0 => {
+                    if staged.ends.is_empty() {
+                        staged.out_mark = out_len;
+                    }
+                    staged.ends.push(staged.bytes.len());
+                    staged.publishes.push((pkid, ack, true));
+                    staged.points += points;
+                    Ok(())
+                }
+                // No data points: nothing to append, but the message still counted against the limits.
+                Ok(_) => {
+                    staged.bytes.truncate(start);
+                    if !staged.ends.is_empty() {
+                        staged.publishes.push((pkid, ack, false));
+                    }
+                    Ok(())
+                }
+                Err(refusal) => {
+                    staged.bytes.truncate(start);
+                    Err(refusal)
+                }
+            }
+        })
+    }
+
+    /// Appends the staged telemetry in one batch. If the log refuses it, the PUBACKs written for it are
+    /// replaced by what each of its PUBLISHes gets for that refusal; `Some` ends the connection.
+    fn append_staged(&mut self) -> Option<End> {
+        STAGED.with(|cell| {
+            let mut staged = cell.try_borrow_mut().ok()?;
+            if staged.ends.is_empty() {
+                return None;
+            }
+            let appended = if staged.ends.len() == 1 {
+                // One message per read, the rule at moderate rates: no list of one to build.
+                self.state.ingest.append(self.device_id, &staged.bytes)
+            } else {
+                let mut start = 0;
+                let records: Vec<&[u8]> = staged
+                    .ends
+                    .iter()
+                    .map(|&end| {
+                        let record = &staged.bytes[start..end];
+                        start = end;
+                        record
+                    })
+                    .collect();
+                self.state.ingest.append_batch(self.device_id, &records)
+            };
+            let end = match appended {
+                Ok(seq) => {
+                    self.wait_seq = self.wait_seq.max(seq);
+                    metrics::ingested_many(Transport::Mqtt, staged.ends.len(), staged.points);
+                    None
+                }
+                Err(e) => {
+                    let refusal = match e {
+                        IngestError::DiskFull(_) | IngestError::Overloaded => {
+                            Refusal::Full(e.to_string())
+                        }
+                        other => Refusal::Unavailable(other.to_string()),
+                    };
+                    self.out.truncate(staged.out_mark);
+                    staged.publishes.iter().find_map(|&(pkid, ack, stored)| {
+                        if stored {
+                            self.refused(refusal.clone(), ack, pkid)
+                        } else {
+                            if ack {
+                                self.puback(pkid, 0);
+                            }
+                            None
+                        }
+                    })
+                }
+            };
+            staged.clear();
+            end
+        })
+    }
+
+    /// Telemetry from the payload straight into its log record, appended at once.
     fn append_telemetry(&mut self, payload: &[u8]) -> Result<(), Refusal> {
         self.with_record_buf(|conn, scratch| {
             scratch.clear();
@@ -778,6 +941,7 @@ fn read_outcome(read: std::io::Result<usize>) -> Result<bool, End> {
     }
 }
 
+#[derive(Clone)]
 enum Refusal {
     /// Unknown topic.
     Topic,
