@@ -812,6 +812,8 @@ impl Conn<'_> {
     /// replaced by what each of its PUBLISHes gets for that refusal; `Some` ends the connection.
     fn append_staged(&mut self) -> Option<End> {
         STAGED.with(|cell| {
+            // Only `stage_telemetry` and this function borrow it, and neither calls the other meanwhile; a
+            // borrow that fails would mean nothing was staged here.
             let mut staged = cell.try_borrow_mut().ok()?;
             if staged.ends.is_empty() {
                 return None;
