@@ -29,7 +29,7 @@ import requests
 
 from harness import FleetwireServer, eventually
 from mqtt_device import PahoDevice
-from raw_mqtt import PUBACK, RawClient, puback_reason, publish
+from raw_mqtt import PINGREQ, PINGRESP, PUBACK, RawClient, packet, puback_reason, publish
 
 MIB = 1024 * 1024
 TELEMETRY = "v1/devices/me/telemetry"
@@ -100,6 +100,17 @@ def tmpfs_dir(tmp_path):
         yield tmp_path
 
 
+def send_batch(raw: RawClient, seqs: list[int], first_packet_id: int) -> list[tuple[int, int]]:
+    """QoS 1 PUBLISHes of `seqs` and a PINGREQ in one write, so the server reads them together (and appends
+    the PUBLISHes as one batch); returns the (packet id, reason) of each PUBACK, after checking that the
+    PINGRESP follows them."""
+    raw.send(b"".join(publish(5, TELEMETRY, point(s), qos=1, packet_id=first_packet_id + i)
+                      for i, s in enumerate(seqs)) + packet(PINGREQ, 0, b""))
+    answers = [puback_reason(raw.expect(PUBACK)) for _ in seqs]
+    raw.expect(PINGRESP)
+    return answers
+
+
 def start(workdir: Path, reserve_bytes: int) -> FleetwireServer:
     server = FleetwireServer(workdir, name="disk-full", extra_env={
         "FLEETWIRE_LOG_SEGMENT_BYTES_MAX": str(1 * MIB),
@@ -113,7 +124,7 @@ def start(workdir: Path, reserve_bytes: int) -> FleetwireServer:
 def test_writes_are_refused_under_the_free_space_reserve_and_resume_when_space_returns(tmpfs_dir):
     server = start(tmpfs_dir, reserve_bytes=24 * MIB)
     try:
-        dev5, dev3, http_dev = (server.create_device() for _ in range(3))
+        dev5, dev3, http_dev, batch_dev = (server.create_device() for _ in range(4))
         v5 = PahoDevice(server.host, server.mqtt_port, dev5.token, "5")
         v5.connect()
         acked, refused = set(), set()
@@ -148,6 +159,11 @@ def test_writes_are_refused_under_the_free_space_reserve_and_resume_when_space_r
             assert raw.connect(4, dev3.token, client_id="disk-full-3") == 0
             raw.send(publish(4, TELEMETRY, point(0), qos=1, packet_id=7))
             assert raw.wait_closed(timeout_s=10) == []
+        # Several PUBLISHes in one read are appended as one batch: each is refused with its own 0x97, in
+        # order, ahead of the PINGRESP of the packet behind them, and the connection stays.
+        batch = RawClient(server.host, server.mqtt_port)
+        assert batch.connect(5, batch_dev.token, client_id="disk-full-batch") == 0
+        assert send_batch(batch, [0, 1, 2], 10) == [(10, QUOTA_EXCEEDED), (11, QUOTA_EXCEEDED), (12, QUOTA_EXCEEDED)]
         # The server itself is fine.
         assert requests.get(f"{server.base_url}/healthz", timeout=5).status_code == 200
 
@@ -161,12 +177,15 @@ def test_writes_are_refused_under_the_free_space_reserve_and_resume_when_space_r
             assert code == 0, f"PUBACK {code:#x}"
         eventually(accepted_again, timeout_s=10)
         assert http_post(server, http_dev.token, 2).status_code == 200
+        assert send_batch(batch, [3, 4, 5], 20) == [(20, 0), (21, 0), (22, 0)]
+        batch.close()
         v5.close()
 
         stored = stored_seqs(server, dev5.id)
         assert acked <= stored, f"acknowledged but missing: {sorted(acked - stored)}"
         assert not (refused & stored), f"refused but stored: {sorted(refused & stored)}"
         assert stored_seqs(server, http_dev.id) == {0, 2}
+        assert stored_seqs(server, batch_dev.id) == {3, 4, 5}
     finally:
         server.stop()
 
