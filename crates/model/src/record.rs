@@ -602,10 +602,15 @@ impl Reader<'_> {
     }
 
     fn str(&mut self) -> Result<&str, RecordError> {
+        let (offset, bytes) = self.str_bytes()?;
+        utf8(bytes, offset)
+    }
+
+    /// A length-prefixed string's offset and bytes, not yet checked as UTF-8.
+    fn str_bytes(&mut self) -> Result<(usize, &[u8]), RecordError> {
         let len = self.count(1)?;
         let offset = self.pos;
-        let bytes = self.slice(len)?;
-        std::str::from_utf8(bytes).map_err(|_| RecordError::Utf8 { offset })
+        Ok((offset, self.slice(len)?))
     }
 
     fn string(&mut self) -> Result<String, RecordError> {
@@ -629,12 +634,9 @@ impl Reader<'_> {
                 Some(kv) => {
                     // Consecutive records of a fleet name the same keys in the same order: a key equal to
                     // the one already in place (so valid UTF-8) is neither validated nor copied again.
-                    let len = self.count(1)?;
-                    let offset = self.pos;
-                    let bytes = self.slice(len)?;
+                    let (offset, bytes) = self.str_bytes()?;
                     if kv.key.as_bytes() != bytes {
-                        let key =
-                            std::str::from_utf8(bytes).map_err(|_| RecordError::Utf8 { offset })?;
+                        let key = utf8(bytes, offset)?;
                         kv.key.clear();
                         kv.key.push_str(key);
                     }
@@ -671,6 +673,11 @@ impl Reader<'_> {
         };
         Ok(value)
     }
+}
+
+/// `bytes` as UTF-8; the error names the string's `offset` in the record.
+fn utf8(bytes: &[u8], offset: usize) -> Result<&str, RecordError> {
+    std::str::from_utf8(bytes).map_err(|_| RecordError::Utf8 { offset })
 }
 
 #[cfg(test)]

@@ -204,10 +204,9 @@ impl Tsdb {
         let mut shard = self.shard(entity);
         // One entity lookup for the whole message.
         let keys = shard.entities.entry(entity).or_default();
-        // A device's message usually writes every series it has; start loading their heads' tails
-        // together (see `Points::prefetch_tail`).
-        // First the series states themselves (their addresses are in the node, their fields are not),
-        // so that the loads of the tails' addresses below, and of the latest values later, overlap.
+        // A device's message usually writes every series it has; start loading them together: first
+        // the series states (their addresses are in the node, their fields are not), then their heads'
+        // tails (see `Points::prefetch_tail`), whose addresses are in the states.
         if keys.len() <= PREFETCH_SERIES_MAX {
             for state in keys.values() {
                 crate::points::prefetch_object(state);

@@ -283,10 +283,14 @@ impl Ingest {
 
     /// Appends several encoded records of `device` in order, taking the log's queue lock once; returns
     /// the last one's sequence number. Every record is checked before any is queued.
-    pub fn append_batch(&self, device: Uuid, records: &[&[u8]]) -> Result<u64, IngestError> {
+    pub fn append_batch<'a>(
+        &self,
+        device: Uuid,
+        records: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<u64, IngestError> {
         self.check_accepting()?;
         let partition = u32::from(self.partition_of(device));
-        let records: Vec<(u32, &[u8])> = records.iter().map(|r| (partition, *r)).collect();
+        let records: Vec<(u32, &[u8])> = records.into_iter().map(|r| (partition, r)).collect();
         self.log
             .append_batch(&records)
             .map_err(IngestError::from_log)

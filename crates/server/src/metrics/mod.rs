@@ -230,8 +230,7 @@ static WS_SUBSCRIPTIONS: AtomicI64 = AtomicI64::new(0);
 /// A message with data was accepted into the ingest log: one message, and its data points (telemetry
 /// key-values over all its timestamps, or attribute key-values).
 pub fn ingested(transport: Transport, points: usize) {
-    MESSAGES_IN[transport as usize].fetch_add(1, Ordering::Relaxed);
-    POINTS_IN[transport as usize].fetch_add(points as u64, Ordering::Relaxed);
+    ingested_many(transport, 1, points);
 }
 
 /// `messages` messages carrying `points` data points in all were accepted.

@@ -24,7 +24,7 @@ use super::topics::{self, DeviceTopic};
 use crate::activity::coarse_now_ms;
 use crate::ingest::admission::THROTTLED_READ_BYTES;
 use crate::ingest::events::SubscriptionId;
-use crate::ingest::{client_attributes_record, now_ms, IngestError};
+use crate::ingest::{client_attributes_record, now_ms, telemetry_record, IngestError};
 use crate::limits::{Level, Sender};
 use crate::metrics::{self, Reason, Transport};
 use crate::AppState;
@@ -770,7 +770,7 @@ impl Conn<'_> {
         STAGED.with(|cell| {
             let Ok(mut staged) = cell.try_borrow_mut() else {
                 // Not reachable (nothing awaits while it is borrowed); append at once instead.
-                return self.append_telemetry(payload);
+                return self.append(telemetry_record(self.device_id, payload));
             };
             let staged = &mut *staged;
             let start = staged.bytes.len();
@@ -822,17 +822,11 @@ impl Conn<'_> {
                 // One message per read, the rule at moderate rates: no list of one to build.
                 self.state.ingest.append(self.device_id, &staged.bytes)
             } else {
-                let mut start = 0;
-                let records: Vec<&[u8]> = staged
-                    .ends
-                    .iter()
-                    .map(|&end| {
-                        let record = &staged.bytes[start..end];
-                        start = end;
-                        record
-                    })
-                    .collect();
-                self.state.ingest.append_batch(self.device_id, &records)
+                let starts = std::iter::once(0).chain(staged.ends.iter().copied());
+                let records = starts
+                    .zip(&staged.ends)
+                    .map(|(start, &end)| &staged.bytes[start..end]);
+                self.state.ingest.append_batch(self.device_id, records)
             };
             let end = match appended {
                 Ok(seq) => {
@@ -862,17 +856,6 @@ impl Conn<'_> {
             };
             staged.clear();
             end
-        })
-    }
-
-    /// Telemetry from the payload straight into its log record, appended at once.
-    fn append_telemetry(&mut self, payload: &[u8]) -> Result<(), Refusal> {
-        self.with_record_buf(|conn, scratch| {
-            scratch.clear();
-            let points =
-                encode_telemetry_record(conn.device_id.as_u128(), payload, now_ms(), scratch)
-                    .map_err(|e| Refusal::Payload(e.to_string()))?;
-            conn.append_encoded(scratch, points)
         })
     }
 
