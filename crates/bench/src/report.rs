@@ -20,6 +20,11 @@ pub struct Report {
     pub latency: LatencySummary,
     /// Acknowledgement latency over the whole run, warm-up and drain included.
     pub latency_all: LatencySummary,
+    /// Open loop: how late messages left the generator after they were due, in the measured window. The
+    /// latency counts from when a message was due, so this part of it is the generator's own delay (or a
+    /// full window), not the server's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub send_lag: Option<LatencySummary>,
     pub totals: Counters,
     /// Refusals by code: CONNACK/PUBACK reason codes (`0x87`), HTTP statuses (`0x1F4` = 500).
     pub refusals: HashMap<String, u64>,
@@ -178,6 +183,13 @@ impl Report {
             "latency       p50 {:.2} ms, p95 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
             l.p50_ms, l.p95_ms, l.p99_ms, l.p999_ms, l.max_ms
         );
+        if let Some(l) = &self.send_lag {
+            let _ = writeln!(
+                out,
+                "send lag      p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (sent after due; part of the latency)",
+                l.p50_ms, l.p99_ms, l.max_ms
+            );
+        }
         let _ = writeln!(
             out,
             "totals        sent {}, acked {}, errors {}",

@@ -401,6 +401,8 @@ struct Aggregator {
     /// Latencies since the last printed second, and of the measured window.
     interval: Latency,
     measured: Latency,
+    /// Open loop: send lag in the measured window.
+    send_lag: Latency,
     all: Latency,
     last_acked: u64,
     last_sent: u64,
@@ -433,6 +435,7 @@ impl Aggregator {
             window_last: vec![None; sources],
             interval: Latency::new(),
             measured: Latency::new(),
+            send_lag: Latency::new(),
             all: Latency::new(),
             last_acked: 0,
             last_sent: 0,
@@ -445,6 +448,11 @@ impl Aggregator {
 
     fn tick(&mut self, source: usize, tick: &Tick) -> Result<()> {
         let latency = Latency::from_base64(&tick.latency)?;
+        let send_lag = if tick.send_lag.is_empty() {
+            Latency::new()
+        } else {
+            Latency::from_base64(&tick.send_lag)?
+        };
         self.latest[source] = tick.counters;
         let c = &tick.counters;
         let previous = self.last_tick[source].replace((tick.load_ms.unwrap_or(0), c.sent, c.acked));
@@ -462,6 +470,7 @@ impl Aggregator {
             // A tick covers the second before it: it is measured if that second is in the window.
             if ms > self.warmup_ms && ms <= self.end_ms + 500 {
                 self.measured.merge(&latency);
+                self.send_lag.merge(&send_lag);
             }
             if ms >= self.warmup_ms && ms <= self.end_ms + 500 {
                 let point = (ms, tick.counters.acked);
@@ -586,6 +595,7 @@ impl Aggregator {
             },
             latency: LatencySummary::of(&self.measured),
             latency_all: LatencySummary::of(&self.all),
+            send_lag: (self.send_lag.count() > 0).then(|| LatencySummary::of(&self.send_lag)),
             totals,
             refusals: refusal_map,
             server,
@@ -675,28 +685,36 @@ mod tests {
             ..Scenario::default()
         };
         let mut agg = Aggregator::new(&s, 2);
-        let tick = |ms: Option<u64>, acked: u64, lat_us: &[u64]| {
+        let histogram = |values: &[u64]| {
             let mut l = Latency::new();
-            for &us in lat_us {
+            for &us in values {
                 l.record(us);
             }
-            Tick {
-                load_ms: ms,
-                counters: Counters {
-                    acked,
-                    sent: acked,
-                    ..Counters::default()
-                },
-                latency: l.to_base64(),
-            }
+            l.to_base64()
+        };
+        // (load ms, acked, latencies, send lags)
+        let tick = |ms: Option<u64>, acked: u64, lat_us: &[u64], lag_us: &[u64]| Tick {
+            load_ms: ms,
+            counters: Counters {
+                acked,
+                sent: acked,
+                ..Counters::default()
+            },
+            latency: histogram(lat_us),
+            send_lag: histogram(lag_us),
         };
         for source in 0..2 {
-            agg.tick(source, &tick(None, 0, &[])).unwrap();
-            agg.tick(source, &tick(Some(1000), 100, &[50_000])).unwrap(); // warm-up: not measured
-            agg.tick(source, &tick(Some(2000), 300, &[1_000])).unwrap();
-            agg.tick(source, &tick(Some(3000), 500, &[2_000])).unwrap();
-            agg.tick(source, &tick(Some(9000), 500, &[900_000]))
-                .unwrap(); // drain: not measured
+            agg.tick(source, &tick(None, 0, &[], &[])).unwrap();
+            // Warm-up: not measured.
+            agg.tick(source, &tick(Some(1000), 100, &[50_000], &[40_000]))
+                .unwrap();
+            agg.tick(source, &tick(Some(2000), 300, &[1_000], &[100]))
+                .unwrap();
+            agg.tick(source, &tick(Some(3000), 500, &[2_000], &[300]))
+                .unwrap();
+            // Drain: not measured.
+            agg.tick(source, &tick(Some(9000), 500, &[900_000], &[800_000]))
+                .unwrap();
         }
         let report = agg.finish(&s, &[], None, None);
         assert_eq!(report.measured.messages, 800);
@@ -704,6 +722,30 @@ mod tests {
         assert_eq!(report.latency.count, 4);
         assert!(report.latency.max_ms < 3.0);
         assert_eq!(report.latency_all.count, 8);
+        let lag = report.send_lag.expect("send lags were recorded");
+        assert_eq!(lag.count, 4);
+        assert!(lag.max_ms > 0.29 && lag.max_ms < 0.31, "{}", lag.max_ms);
+    }
+
+    #[test]
+    fn a_closed_loop_or_an_older_worker_reports_no_send_lag() {
+        let s = Scenario::default();
+        let mut agg = Aggregator::new(&s, 1);
+        let mut l = Latency::new();
+        l.record(1_000);
+        for (ms, send_lag) in [(1000, String::new()), (2000, Latency::new().to_base64())] {
+            let tick = Tick {
+                load_ms: Some(ms),
+                counters: Counters::default(),
+                latency: l.to_base64(),
+                send_lag,
+            };
+            agg.tick(0, &tick).unwrap();
+        }
+        let report = agg.finish(&s, &[], None, None);
+        assert!(report.send_lag.is_none());
+        let json = serde_json::to_value(&report).unwrap();
+        assert!(json.get("send_lag").is_none());
     }
 
     #[test]
@@ -718,6 +760,7 @@ mod tests {
                 ..Counters::default()
             },
             latency: Latency::new().to_base64(),
+            send_lag: String::new(),
         };
         agg.tick(0, &tick(None, 0)).unwrap();
         agg.tick(0, &tick(Some(1000), 100)).unwrap();

@@ -71,6 +71,8 @@ fn a_five_second_run_of_200_devices_stores_every_acknowledged_point() {
     assert_eq!(report["totals"]["refused"], 0);
     assert!(report["latency"]["count"].as_u64().unwrap() > 0);
     assert!(report["timeline"].as_array().unwrap().len() >= 5);
+    // A closed loop sends each message as soon as the window allows: there is no due time to lag.
+    assert!(report.get("send_lag").is_none(), "{report}");
 }
 
 #[test]
@@ -99,6 +101,14 @@ fn worker_processes_split_the_fleet_and_their_results_merge() {
     assert_verified(&report, 150);
     // 600 msg/s for 3 s, paced: every device sent messages.
     assert!(report["totals"]["acked"].as_u64().unwrap() >= 150);
+    // Each worker's send lags (how late a paced message went out) reach the merged report.
+    let lags = report["send_lag"]["count"]
+        .as_u64()
+        .expect("open loop: send lag");
+    assert!(
+        lags > 0 && lags <= report["totals"]["sent"].as_u64().unwrap(),
+        "{report}"
+    );
 }
 
 #[test]

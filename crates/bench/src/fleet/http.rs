@@ -159,6 +159,10 @@ async fn connection(
         if d.quota.is_some_and(|q| d.sent >= q) {
             continue;
         }
+        if d.schedule.is_some() {
+            let lag = now.saturating_duration_since(due).as_micros() as u64;
+            shared.record_send_lags(d.slot, &[lag]);
+        }
         body.clear();
         let ts = d.clock.next();
         d.payload.write(ts, alarms.take(now), &mut body);

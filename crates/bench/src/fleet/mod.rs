@@ -96,6 +96,10 @@ pub struct Tick {
     pub counters: Counters,
     /// Latencies of this interval, [`Latency::to_base64`].
     pub latency: String,
+    /// Open loop: how late each message of this interval was sent after it was due, [`Latency::to_base64`]
+    /// (empty from a closed loop, or from a worker of an older build).
+    #[serde(default)]
+    pub send_lag: String,
 }
 
 /// The end of a slice.
@@ -136,6 +140,8 @@ pub(crate) struct Shared {
     pub settled: AtomicU64,
     pub refusals: Mutex<BTreeMap<u16, u64>>,
     shards: Vec<Mutex<Latency>>,
+    /// Open loop: send lag (sent minus due), sharded like the latencies.
+    lag_shards: Vec<Mutex<Latency>>,
     /// The load start, set once by the go signal.
     pub go: watch::Receiver<Option<Instant>>,
     pub alarms: OnceLock<AlarmBudget>,
@@ -153,6 +159,18 @@ impl Shared {
         }
     }
 
+    /// Records how late messages were sent after they were due (open loop).
+    pub fn record_send_lags(&self, slot: u32, micros: &[u64]) {
+        if micros.is_empty() {
+            return;
+        }
+        let shard = &self.lag_shards[slot as usize % SHARDS];
+        let mut h = shard.lock().unwrap_or_else(|p| p.into_inner());
+        for &us in micros {
+            h.record(us);
+        }
+    }
+
     pub fn refusal(&self, code: u16) {
         self.refused.fetch_add(1, Ordering::Relaxed);
         let mut r = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
@@ -160,13 +178,11 @@ impl Shared {
     }
 
     fn take_latency(&self) -> Latency {
-        let mut out = Latency::new();
-        for shard in &self.shards {
-            let mut h = shard.lock().unwrap_or_else(|p| p.into_inner());
-            out.merge(&h);
-            h.reset();
-        }
-        out
+        take(&self.shards)
+    }
+
+    fn take_send_lag(&self) -> Latency {
+        take(&self.lag_shards)
     }
 
     fn counters(&self) -> Counters {
@@ -193,6 +209,17 @@ impl Shared {
         let s = &self.slice.scenario;
         start + Duration::from_secs_f64(s.warmup_s + s.duration_s)
     }
+}
+
+/// Merges and empties sharded histograms.
+fn take(shards: &[Mutex<Latency>]) -> Latency {
+    let mut out = Latency::new();
+    for shard in shards {
+        let mut h = shard.lock().unwrap_or_else(|p| p.into_inner());
+        out.merge(&h);
+        h.reset();
+    }
+    out
 }
 
 /// What one device task ends with.
@@ -256,6 +283,7 @@ pub async fn run_slice(
         settled: AtomicU64::new(0),
         refusals: Mutex::new(BTreeMap::new()),
         shards: (0..SHARDS).map(|_| Mutex::new(Latency::new())).collect(),
+        lag_shards: (0..SHARDS).map(|_| Mutex::new(Latency::new())).collect(),
         go,
         alarms: OnceLock::new(),
         slice,
@@ -279,6 +307,7 @@ pub async fn run_slice(
                             load_ms: go.map(|start| start.elapsed().as_millis() as u64),
                             counters: shared.counters(),
                             latency: shared.take_latency().to_base64(),
+                            send_lag: shared.take_send_lag().to_base64(),
                         };
                         if events.send(Event::Tick(tick)).is_err() {
                             return;
@@ -309,6 +338,7 @@ pub async fn run_slice(
         load_ms: go.map(|start| start.elapsed().as_millis() as u64),
         counters: shared.counters(),
         latency: shared.take_latency().to_base64(),
+        send_lag: shared.take_send_lag().to_base64(),
     };
     let _ = events.send(Event::Tick(tick));
 

@@ -219,6 +219,8 @@ impl Device {
         let mut next_pkid: u16 = 1;
         let mut payload = Vec::with_capacity(256);
         let mut latencies = Vec::with_capacity(window);
+        // Open loop: how late each message of the burst went out after it was due.
+        let mut send_lags = Vec::new();
         let mut draining_since: Option<Instant> = None;
 
         loop {
@@ -255,6 +257,9 @@ impl Device {
                 }
                 if due >= stop_at {
                     break;
+                }
+                if schedule.is_some() {
+                    send_lags.push(now.saturating_duration_since(due).as_micros() as u64);
                 }
                 payload.clear();
                 let ts = self.clock.next();
@@ -305,6 +310,8 @@ impl Device {
                 }
                 wbuf.clear();
                 last_write = Instant::now();
+                self.shared.record_send_lags(self.slot, &send_lags);
+                send_lags.clear();
                 if !qos1 && schedule.is_none() {
                     tokio::task::yield_now().await;
                     continue;
