@@ -149,26 +149,12 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub fn record_latencies(&self, slot: u32, micros: &[u64]) {
-        if micros.is_empty() {
-            return;
-        }
-        let shard = &self.shards[slot as usize % SHARDS];
-        let mut h = shard.lock().unwrap_or_else(|p| p.into_inner());
-        for &us in micros {
-            h.record(us);
-        }
+        record(&self.shards, slot, micros);
     }
 
     /// Records how late messages were sent after they were due (open loop).
     pub fn record_send_lags(&self, slot: u32, micros: &[u64]) {
-        if micros.is_empty() {
-            return;
-        }
-        let shard = &self.lag_shards[slot as usize % SHARDS];
-        let mut h = shard.lock().unwrap_or_else(|p| p.into_inner());
-        for &us in micros {
-            h.record(us);
-        }
+        record(&self.lag_shards, slot, micros);
     }
 
     pub fn refusal(&self, code: u16) {
@@ -208,6 +194,19 @@ impl Shared {
     pub fn stop_at(&self, start: Instant) -> Instant {
         let s = &self.slice.scenario;
         start + Duration::from_secs_f64(s.warmup_s + s.duration_s)
+    }
+}
+
+/// Records values into the shard of device `slot`.
+fn record(shards: &[Mutex<Latency>], slot: u32, micros: &[u64]) {
+    if micros.is_empty() {
+        return;
+    }
+    let mut h = shards[slot as usize % SHARDS]
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    for &us in micros {
+        h.record(us);
     }
 }
 
