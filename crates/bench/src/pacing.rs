@@ -61,6 +61,33 @@ impl Schedule {
     }
 }
 
+/// How early an open-loop message may leave. tokio's timer fires on whole-millisecond ticks, rounding a
+/// deadline up to the next one, so a device that sleeps until a message is due wakes up to a millisecond
+/// after it, and a tick's worth of devices then send one after the other (measured at 50k msg/s: send lag
+/// p50 1.12 ms, and 1.16 of the 1.20 ms p50 latency at 1,000 msg/s against the null server). Sleeping until
+/// [`wake_at`] and sending what is due within the slack puts each message within about a millisecond of its
+/// due time, on either side; [`latency_origin`] keeps the latency of an early message honest.
+pub const TIMER_SLACK: Duration = Duration::from_millis(1);
+
+/// Whether a message due at `due` leaves at `now` (it is due, or due within [`TIMER_SLACK`]).
+pub fn is_due(due: Instant, now: Instant) -> bool {
+    due <= now + TIMER_SLACK
+}
+
+/// When a device sleeps until, for a message due at `due`: a slack earlier, so the timer's rounding up
+/// lands it on time rather than late.
+pub fn wake_at(due: Instant) -> Instant {
+    due.checked_sub(TIMER_SLACK).unwrap_or(due)
+}
+
+/// Where an open-loop message's latency counts from: when it was due, or when it left if that was
+/// earlier. A late message (the generator fell behind, or its window was full) still counts from its due
+/// time, so a slow server shows; an early one counts from the moment it left, never from a due time the
+/// answer may have beaten. Either way the latency is never less than the server took.
+pub fn latency_origin(due: Instant, sent: Instant) -> Instant {
+    due.min(sent)
+}
+
 /// Lets `per_s` messages per second, across all devices of a process, be alarm messages. Share it through
 /// an `Arc`; devices ask with [`AlarmBudget::take`] before each message.
 ///
@@ -120,6 +147,24 @@ impl AlarmBudget {
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    #[test]
+    fn messages_leave_within_the_slack_and_count_from_the_earlier_of_due_and_sent() {
+        let t0 = Instant::now();
+        let due = t0 + Duration::from_millis(10);
+        // The timer rounds a wake-up up to the next tick: one a slack early lands on the due time.
+        assert_eq!(wake_at(due), due - TIMER_SLACK);
+        assert_eq!(wake_at(t0), t0.checked_sub(TIMER_SLACK).unwrap_or(t0));
+        assert!(!is_due(due, t0));
+        assert!(!is_due(due, due - TIMER_SLACK - Duration::from_micros(1)));
+        assert!(is_due(due, due - TIMER_SLACK));
+        assert!(is_due(due, due + Duration::from_millis(5)));
+        // Early: from when it left. Late: from when it was due (the lag is part of the latency).
+        let early = due - Duration::from_micros(400);
+        assert_eq!(latency_origin(due, early), early);
+        let late = due + Duration::from_millis(3);
+        assert_eq!(latency_origin(due, late), due);
+    }
 
     #[test]
     fn fleet_sends_evenly_spaced_messages_at_the_rate() {

@@ -19,7 +19,7 @@ use super::{
     alarm_budget, connect_offset, open_loop_rate, DeviceOutcome, Shared, TsClock, RESPONSE_TIMEOUT,
 };
 use crate::http::HttpConn;
-use crate::pacing::Schedule;
+use crate::pacing::{self, Schedule};
 use crate::payload::PayloadGen;
 use crate::scenario::Scenario;
 
@@ -153,13 +153,14 @@ async fn connection(
         if due >= stop_at {
             break;
         }
-        sleep_until(due.into()).await;
+        let open_loop = devices[i].schedule.is_some();
+        sleep_until(if open_loop { pacing::wake_at(due) } else { due }.into()).await;
         let now = Instant::now();
         let d = &mut devices[i];
         if d.quota.is_some_and(|q| d.sent >= q) {
             continue;
         }
-        if d.schedule.is_some() {
+        if open_loop {
             let lag = now.saturating_duration_since(due).as_micros() as u64;
             shared.record_send_lags(d.slot, &[lag]);
         }
@@ -168,8 +169,12 @@ async fn connection(
         d.payload.write(ts, alarms.take(now), &mut body);
         d.sent += 1;
         shared.sent.fetch_add(1, Ordering::Relaxed);
-        // Closed loop: latency from sending; open loop: from when the message was due.
-        let reference = if d.schedule.is_some() { due } else { now };
+        // Closed loop: latency from sending; open loop: from when the message was due, or sent if earlier.
+        let reference = if open_loop {
+            pacing::latency_origin(due, now)
+        } else {
+            now
+        };
         let answer = timeout(
             RESPONSE_TIMEOUT,
             conn.request(Method::POST, &d.path, &[], Bytes::copy_from_slice(&body)),

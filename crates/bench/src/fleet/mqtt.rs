@@ -21,7 +21,7 @@ use super::{
     alarm_budget, connect_offset, open_loop_rate, DeviceOutcome, Shared, TsClock, DRAIN_TIMEOUT,
     RESPONSE_TIMEOUT,
 };
-use crate::pacing::Schedule;
+use crate::pacing::{self, Schedule};
 use crate::payload::PayloadGen;
 use crate::scenario::Scenario;
 
@@ -213,7 +213,7 @@ impl Device {
         let schedule = open_loop_rate(&s).map(|rate| Schedule::new(self.slot, s.devices, rate));
         let window = s.window as usize;
         let qos1 = s.qos == 1;
-        // (pkid, when the message was due or sent, whether it is an alarm message) of the PUBLISHes
+        // (pkid, where its latency counts from (`pacing::latency_origin`), whether it is an alarm message) of the PUBLISHes
         // awaiting PUBACK, oldest first.
         let mut inflight: VecDeque<(u16, Instant, bool)> = VecDeque::with_capacity(window);
         let mut next_pkid: u16 = 1;
@@ -251,7 +251,7 @@ impl Device {
                     },
                     None => now,
                 };
-                if due > now {
+                if !pacing::is_due(due, now) {
                     next_due = Some(due);
                     break;
                 }
@@ -268,7 +268,7 @@ impl Device {
                 let pkid = if qos1 {
                     let pkid = next_pkid;
                     next_pkid = next_pkid.checked_add(1).unwrap_or(1);
-                    inflight.push_back((pkid, due, alarm));
+                    inflight.push_back((pkid, pacing::latency_origin(due, now), alarm));
                     pkid
                 } else {
                     0
@@ -322,10 +322,14 @@ impl Device {
             let wake = if stopping {
                 draining_since.map(|d| d + DRAIN_TIMEOUT)
             } else {
-                [next_due, Some(stop_at), keep_alive.map(|k| last_write + k)]
-                    .into_iter()
-                    .flatten()
-                    .min()
+                [
+                    next_due.map(pacing::wake_at),
+                    Some(stop_at),
+                    keep_alive.map(|k| last_write + k),
+                ]
+                .into_iter()
+                .flatten()
+                .min()
             };
             tokio::select! {
                 read = stream.read_buf(&mut rbuf) => {
