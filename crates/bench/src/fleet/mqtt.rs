@@ -213,8 +213,8 @@ impl Device {
         let schedule = open_loop_rate(&s).map(|rate| Schedule::new(self.slot, s.devices, rate));
         let window = s.window as usize;
         let qos1 = s.qos == 1;
-        // (pkid, where its latency counts from (`pacing::latency_origin`), whether it is an alarm message) of the PUBLISHes
-        // awaiting PUBACK, oldest first.
+        // (pkid, where its latency counts from (`pacing::latency_origin`), whether it is an alarm message)
+        // of the PUBLISHes awaiting PUBACK, oldest first.
         let mut inflight: VecDeque<(u16, Instant, bool)> = VecDeque::with_capacity(window);
         let mut next_pkid: u16 = 1;
         let mut payload = Vec::with_capacity(256);
