@@ -1,7 +1,7 @@
 //! Top-level framing: find a whole packet at the front of a buffer and decode it, or encode a
 //! packet behind its fixed header. The per-packet files do the rest.
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
 
 use crate::error::{DecodeError, EncodeError};
 use crate::header::{self, FixedHeader, PacketType};
@@ -94,6 +94,31 @@ pub fn encode(packet: &Packet, protocol: Protocol, out: &mut BytesMut) -> Result
         "{} encoded length disagrees with its size",
         packet.name()
     );
+    Ok(())
+}
+
+/// Encodes a PUBACK without properties, byte for byte what [`encode`] makes of
+/// `Packet::PubAck(PubAck { pkid, reason, .. })`, without building the packet: a server sends one for every
+/// QoS 1 PUBLISH it stores, and the generic path (sizing pass, property emitters, write pass) was about 5%
+/// of a connection worker's user time at the maximum rate. The reason is left out for 3.x, and in 5.0 when
+/// it is 0 (success), as there.
+pub fn encode_puback(
+    pkid: u16,
+    reason: u8,
+    protocol: Protocol,
+    out: &mut BytesMut,
+) -> Result<(), EncodeError> {
+    if pkid == 0 {
+        return Err(EncodeError::PacketIdZero);
+    }
+    let with_reason = protocol.is_v5() && reason != 0;
+    out.reserve(5);
+    out.put_u8((PacketType::PubAck as u8) << 4);
+    out.put_u8(if with_reason { 3 } else { 2 });
+    out.put_u16(pkid);
+    if with_reason {
+        out.put_u8(reason);
+    }
     Ok(())
 }
 

@@ -62,7 +62,7 @@ mod unsubscribe;
 mod wire;
 
 pub use auth::{Auth, AuthProperties};
-pub use codec::{decode, encode, encoded_bytes, packet_bytes};
+pub use codec::{decode, encode, encode_puback, encoded_bytes, packet_bytes};
 pub use connack::{ConnAck, ConnAckProperties};
 pub use connect::{connect_protocol, Connect, ConnectProperties, Will, WillProperties};
 pub use disconnect::{Disconnect, DisconnectProperties};

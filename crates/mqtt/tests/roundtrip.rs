@@ -104,3 +104,20 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// The PUBACK fast path writes what the generic encoder writes, for every version, packet id and reason
+    /// code, and refuses packet id 0 the same way.
+    #[test]
+    fn encode_puback_matches_encode(pkid in any::<u16>(), reason in any::<u8>()) {
+        for protocol in [Protocol::V31, Protocol::V311, Protocol::V5] {
+            let ack = Packet::PubAck(PubAck { pkid, reason, ..PubAck::default() });
+            let mut generic = BytesMut::new();
+            let generic_result = encode(&ack, protocol, &mut generic);
+            let mut fast = BytesMut::new();
+            let fast_result = encode_puback(pkid, reason, protocol, &mut fast);
+            prop_assert_eq!(&fast_result, &generic_result);
+            prop_assert_eq!(&fast[..], &generic[..]);
+        }
+    }
+}
