@@ -112,9 +112,9 @@ pub fn encode_puback(
         return Err(EncodeError::PacketIdZero);
     }
     let with_reason = protocol.is_v5() && reason != 0;
-    out.reserve(5);
-    out.put_u8((PacketType::PubAck as u8) << 4);
-    out.put_u8(if with_reason { 3 } else { 2 });
+    let remaining_bytes = 2 + usize::from(with_reason);
+    out.reserve(2 + remaining_bytes);
+    header::write(out, PacketType::PubAck, 0, remaining_bytes);
     out.put_u16(pkid);
     if with_reason {
         out.put_u8(reason);
