@@ -18,6 +18,13 @@ use crate::writer::Shared;
 /// Bytes read from a segment file at a time.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
+/// Read bytes of a segment are dropped from the page cache in steps of this many (whole pages).
+/// Once a record is read it is needed again only by a replay after a crash, which reads the file
+/// from disk anyway; without this the log's cached pages grow to the whole unreclaimed log, and
+/// every page the writer writes is a fresh page instead of one just given back.
+const DROP_STEP_BYTES: u64 = 1 << 20;
+const PAGE_BYTES: u64 = 4096;
+
 /// One record as seen by a reader. The payload borrows the reader's buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Record<'a> {
@@ -35,6 +42,34 @@ struct OpenSegment {
     file: File,
     /// Base of the next segment once it exists: the end of this one.
     next_base: Option<u64>,
+    /// File position below which the reader has dropped the cached pages.
+    dropped_to: u64,
+}
+
+impl OpenSegment {
+    /// Drops the cached pages of the file below `position` (rounded down to a page) if that frees at
+    /// least `min_bytes` more, or to the end of the file when `position` is None. Advice only: a
+    /// failure changes nothing the reader relies on. The reader only reads durable (fsync'd, so
+    /// clean) bytes, which the kernel can drop at once.
+    fn drop_cached(&mut self, position: Option<u64>, min_bytes: u64) {
+        let to = position.map(|p| p / PAGE_BYTES * PAGE_BYTES);
+        let len = match to {
+            Some(to) if to < self.dropped_to + min_bytes.max(1) => return,
+            Some(to) => std::num::NonZeroU64::new(to - self.dropped_to),
+            None => None,
+        };
+        if let Err(e) = rustix::fs::fadvise(
+            &self.file,
+            self.dropped_to,
+            len,
+            rustix::fs::Advice::DontNeed,
+        ) {
+            tracing::debug!(path = %self.path.display(), error = %e, "cannot drop read log pages from the cache");
+        }
+        if let Some(to) = to {
+            self.dropped_to = to;
+        }
+    }
 }
 
 /// Reads one partition's durable records in order from a starting offset.
@@ -131,6 +166,8 @@ impl Reader {
             if segment.next_base.is_none_or(|next| self.offset < next) {
                 return Ok(());
             }
+            // Leaving a segment read to its end.
+            segment.drop_cached(None, 0);
         }
         let state = &self.shared.partitions[self.partition as usize];
         let (base, next_base) = {
@@ -155,6 +192,7 @@ impl Reader {
             path,
             file,
             next_base,
+            dropped_to: 0,
         });
         self.buf.clear();
         self.buf_offset = self.offset;
@@ -164,7 +202,7 @@ impl Reader {
     /// Reads so that the buffer holds at least `wanted` bytes from `self.offset`, and up to a chunk
     /// more, never past `limit`.
     fn refill(&mut self, wanted: usize, limit: u64) -> Result<()> {
-        let Some(segment) = &self.segment else {
+        let Some(segment) = &mut self.segment else {
             unreachable!("refill only runs with a segment open");
         };
         let consumed = (self.offset - self.buf_offset) as usize;
@@ -176,6 +214,11 @@ impl Reader {
         let have = self.buf.len();
         self.buf.resize(target, 0);
         let position = self.offset - segment.base + SEGMENT_HEADER_BYTES + have as u64;
+        // Everything before the buffer has been returned.
+        segment.drop_cached(
+            Some(self.offset - segment.base + SEGMENT_HEADER_BYTES),
+            DROP_STEP_BYTES,
+        );
         let mut filled = have;
         while filled < target {
             match segment
@@ -227,5 +270,54 @@ impl std::fmt::Debug for Reader {
             .field("partition", &self.partition)
             .field("offset", &self.offset)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{Log, LogConfig};
+
+    #[test]
+    fn read_pages_are_dropped_from_the_cache_in_whole_steps_and_stay_readable_from_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = LogConfig::new(dir.path());
+        config.partition_count = 1;
+        let log = Log::open(config).unwrap();
+        let record = [5u8; 1000];
+        let mut last = 0;
+        for _ in 0..3000 {
+            last = log.append(0, &record).unwrap();
+        }
+        log.wait_durable(last, Duration::from_secs(10)).unwrap();
+
+        let mut reader = log.reader(0, 0).unwrap();
+        let mut read = 0;
+        while let Some(r) = reader.next_record().unwrap() {
+            assert_eq!(r.payload, record);
+            read += 1;
+        }
+        assert_eq!(read, 3000);
+        let segment = reader.segment.as_ref().unwrap();
+        let read_to = reader.offset - segment.base + SEGMENT_HEADER_BYTES;
+        // ~3 MB read from one segment: the pages below the last refill went in 1 MiB steps.
+        assert!(
+            segment.dropped_to >= 2 * DROP_STEP_BYTES,
+            "{}",
+            segment.dropped_to
+        );
+        assert_eq!(segment.dropped_to % PAGE_BYTES, 0);
+        assert!(segment.dropped_to <= read_to);
+
+        // Dropping is only about the cache: the records are read again, from disk.
+        let mut again = log.reader(0, 0).unwrap();
+        let mut read = 0;
+        while let Some(r) = again.next_record().unwrap() {
+            assert_eq!(r.payload, record);
+            read += 1;
+        }
+        assert_eq!(read, 3000);
     }
 }
