@@ -52,11 +52,19 @@ impl OpenSegment {
     /// failure changes nothing the reader relies on. The reader only reads durable (fsync'd, so
     /// clean) bytes, which the kernel can drop at once.
     fn drop_cached(&mut self, position: Option<u64>, min_bytes: u64) {
-        let to = position.map(|p| p / PAGE_BYTES * PAGE_BYTES);
-        let len = match to {
-            Some(to) if to < self.dropped_to + min_bytes.max(1) => return,
-            Some(to) => std::num::NonZeroU64::new(to - self.dropped_to),
-            None => None,
+        // `None` as the length means "to the end of the file" to fadvise: only when asked for.
+        let (len, dropped_to) = match position {
+            Some(position) => {
+                let to = position / PAGE_BYTES * PAGE_BYTES;
+                if to < self.dropped_to.saturating_add(min_bytes) {
+                    return;
+                }
+                let Some(len) = std::num::NonZeroU64::new(to - self.dropped_to) else {
+                    return;
+                };
+                (Some(len), to)
+            }
+            None => (None, self.dropped_to),
         };
         if let Err(e) = rustix::fs::fadvise(
             &self.file,
@@ -66,9 +74,7 @@ impl OpenSegment {
         ) {
             tracing::debug!(path = %self.path.display(), error = %e, "cannot drop read log pages from the cache");
         }
-        if let Some(to) = to {
-            self.dropped_to = to;
-        }
+        self.dropped_to = dropped_to;
     }
 }
 
