@@ -49,8 +49,10 @@ start_fleetwire() {
   done
 }
 
-# Stops a server gracefully (SIGTERM) and waits for it.
+# Stops a server gracefully (SIGTERM) and waits for it. An empty or 0 pid (no server) is a no-op: `kill 0`
+# would signal this script's whole process group, and with it whatever script called this one.
 stop_pid() {
+  [[ ${1:-0} =~ ^[1-9][0-9]*$ ]] || return 0
   kill -TERM "$1" 2>/dev/null || true
   for _ in $(seq 1 300); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
   kill -KILL "$1" 2>/dev/null || true
