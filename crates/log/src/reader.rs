@@ -219,12 +219,10 @@ impl Reader {
             .min((limit - self.offset) as usize);
         let have = self.buf.len();
         self.buf.resize(target, 0);
-        let position = self.offset - segment.base + SEGMENT_HEADER_BYTES + have as u64;
-        // Everything before the buffer has been returned.
-        segment.drop_cached(
-            Some(self.offset - segment.base + SEGMENT_HEADER_BYTES),
-            DROP_STEP_BYTES,
-        );
+        // File position of `self.offset`: everything before it has been returned.
+        let returned_to = self.offset - segment.base + SEGMENT_HEADER_BYTES;
+        let position = returned_to + have as u64;
+        segment.drop_cached(Some(returned_to), DROP_STEP_BYTES);
         let mut filled = have;
         while filled < target {
             match segment
@@ -299,13 +297,18 @@ mod tests {
         }
         log.wait_durable(last, Duration::from_secs(10)).unwrap();
 
+        // Reads every record, checking each is `record`; returns how many there were.
+        let read_all = |reader: &mut Reader| {
+            let mut read = 0;
+            while let Some(r) = reader.next_record().unwrap() {
+                assert_eq!(r.payload, record);
+                read += 1;
+            }
+            read
+        };
+
         let mut reader = log.reader(0, 0).unwrap();
-        let mut read = 0;
-        while let Some(r) = reader.next_record().unwrap() {
-            assert_eq!(r.payload, record);
-            read += 1;
-        }
-        assert_eq!(read, 3000);
+        assert_eq!(read_all(&mut reader), 3000);
         let segment = reader.segment.as_ref().unwrap();
         let read_to = reader.offset - segment.base + SEGMENT_HEADER_BYTES;
         // ~3 MB read from one segment: the pages below the last refill went in 1 MiB steps.
@@ -319,11 +322,6 @@ mod tests {
 
         // Dropping is only about the cache: the records are read again, from disk.
         let mut again = log.reader(0, 0).unwrap();
-        let mut read = 0;
-        while let Some(r) = again.next_record().unwrap() {
-            assert_eq!(r.payload, record);
-            read += 1;
-        }
-        assert_eq!(read, 3000);
+        assert_eq!(read_all(&mut again), 3000);
     }
 }
