@@ -47,6 +47,18 @@ impl Head {
         self.points.ts().last().copied()
     }
 
+    /// Makes room for `points` points in all if the points held span at most `span_ms` (see
+    /// `Tsdb::apply`). Only capacity changes.
+    pub(crate) fn reserve_if_busy(&mut self, points: usize, span_ms: i64) {
+        let (Some(first), Some(last)) = (self.points.first_ts(), self.points.last_ts()) else {
+            return;
+        };
+        if last.saturating_sub(first) <= span_ms {
+            self.points
+                .reserve_exact(points.saturating_sub(self.points.len()));
+        }
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.points.len()
     }
@@ -100,6 +112,36 @@ impl Head {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn filled(points: i64, step_ms: i64) -> Head {
+        let mut head = Head::default();
+        for i in 0..points {
+            let source = Source {
+                partition: 0,
+                pos: i as u64,
+            };
+            head.insert(source, i * step_ms, &Value::Long(i));
+        }
+        head
+    }
+
+    #[test]
+    fn a_busy_head_gets_room_for_a_whole_chunk_a_slow_one_does_not() {
+        // 32 points a second apart: busy, so room for all 1,000 at once.
+        let mut busy = filled(32, 1_000);
+        busy.reserve_if_busy(1_000, 60_000);
+        assert!(busy.points.capacity() >= 1_000);
+        assert_eq!(busy.len(), 32, "only capacity changes");
+        // 32 points a minute apart: it keeps its doubling growth.
+        let mut slow = filled(32, 60_000);
+        let before = slow.points.capacity();
+        slow.reserve_if_busy(1_000, 60_000);
+        assert_eq!(slow.points.capacity(), before);
+        // An empty head has no span to judge by.
+        let mut empty = Head::default();
+        empty.reserve_if_busy(1_000, 60_000);
+        assert_eq!(empty.points.capacity(), 0);
+    }
 
     #[test]
     fn pins_keep_the_lowest_position_per_partition() {

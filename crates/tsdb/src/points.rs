@@ -232,6 +232,17 @@ impl Points {
         }
     }
 
+    pub(crate) fn reserve_exact(&mut self, additional: usize) {
+        self.ts.reserve_exact(additional);
+        self.tags.reserve_exact(additional);
+        self.payload.reserve_exact(additional);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.ts.capacity()
+    }
+
     pub(crate) fn reserve(&mut self, additional: usize) {
         self.ts.reserve(additional);
         self.tags.reserve(additional);

@@ -21,6 +21,13 @@ use crate::store::{ChunkStats, Store, WriteState};
 /// Entities with at most this many series have all their heads' tails prefetched before a message
 /// is applied; beyond it a message most likely writes a few of many.
 const PREFETCH_SERIES_MAX: usize = 16;
+/// A head that reaches this many points within `HEAD_BUSY_SPAN_MS` of data time is given room for all
+/// the points it will be sealed at, at once: a busy series fills its head anyway, and growing it by
+/// doubling reallocated and copied it five more times on the way, each time into fresh pages (on this
+/// kind of VM a fresh page costs a host fault). A slow series keeps growing by doubling, so it does not
+/// hold a full head's memory for the hour it may take to be sealed by age.
+const HEAD_RESERVE_AT: usize = 32;
+const HEAD_BUSY_SPAN_MS: i64 = 60_000;
 
 /// Configuration of the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -243,6 +250,11 @@ impl Tsdb {
     }
 
     fn apply(&self, state: &mut SeriesState, source: Source, ts: i64, value: &Value) -> Result<()> {
+        if state.head.len() == HEAD_RESERVE_AT {
+            state
+                .head
+                .reserve_if_busy(self.seal_size(state.id), HEAD_BUSY_SPAN_MS);
+        }
         state.head.insert(source, ts, value);
         state.observe(ts, value);
         if state.head.len() >= self.seal_size(state.id) {
