@@ -55,6 +55,12 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// nothing through three or four reallocations (the buffer is released between batches, so that an idle
 /// connection holds none).
 const ANSWERS_INITIAL_BYTES: usize = 128;
+/// Released answer buffers each worker thread keeps for the next batch that needs one, and the largest
+/// buffer kept. At the maximum rate every connection takes a buffer per batch and gives it back after
+/// the write; through malloc that churn (hundreds of connections woken by one commit) went past glibc's
+/// per-thread cache into its bins, 1.5% of the server's CPU. Reused from here, the buffer is also warm.
+const SPARE_ANSWERS_MAX: usize = 256;
+const SPARE_ANSWER_BYTES_MAX: usize = 4 * 1024;
 
 mod gateway;
 mod handshake;
@@ -70,6 +76,35 @@ thread_local! {
     static RECORD_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     /// The telemetry of the read being handled, waiting to be appended (see [`Staged`]).
     static STAGED: RefCell<Staged> = RefCell::new(Staged::default());
+    /// Answer buffers released by this thread's connections (see `SPARE_ANSWERS_MAX`).
+    static SPARE_ANSWERS: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An empty answer buffer: a spare one if this thread has one.
+fn take_answers() -> BytesMut {
+    SPARE_ANSWERS
+        .with(|spare| {
+            spare
+                .try_borrow_mut()
+                .ok()
+                .and_then(|mut spare| spare.pop())
+        })
+        .unwrap_or_else(|| BytesMut::with_capacity(ANSWERS_INITIAL_BYTES))
+}
+
+/// Gives an answer buffer back: kept as a spare if it is small and the thread has room, else freed.
+fn release_answers(mut out: BytesMut) {
+    if out.capacity() == 0 || out.capacity() > SPARE_ANSWER_BYTES_MAX {
+        return;
+    }
+    out.clear();
+    SPARE_ANSWERS.with(|spare| {
+        if let Ok(mut spare) = spare.try_borrow_mut() {
+            if spare.len() < SPARE_ANSWERS_MAX {
+                spare.push(out);
+            }
+        }
+    });
 }
 
 /// The telemetry records of one read, appended to the log together once the read's packets are handled
@@ -240,7 +275,7 @@ impl Conn<'_> {
             if buf.is_empty() {
                 // Release the buffers: an idle connection holds no read or write memory.
                 buf = BytesMut::new();
-                self.out = BytesMut::new();
+                release_answers(std::mem::take(&mut self.out));
             }
             tokio::select! {
                 readable = self.stream.readable() => if readable.is_err() {
@@ -473,7 +508,7 @@ impl Conn<'_> {
     /// The batch's answer buffer, allocated on first use (an idle connection holds none).
     fn answers(&mut self) -> &mut BytesMut {
         if self.out.capacity() == 0 {
-            self.out.reserve(ANSWERS_INITIAL_BYTES);
+            self.out = take_answers();
         }
         &mut self.out
     }
