@@ -69,22 +69,28 @@ for name in ("null", "mosquitto", "fleetwire"):
     p99 = statistics.median(r["latency"]["p99_ms"] for r in reports)
     cpu = [r["server"]["cpu_percent_avg"] for r in reports if r.get("server") and r["server"]["cpu_percent_avg"] is not None]
     missing = sum((r.get("verification") or {}).get("missing_points", 0) for r in reports)
+    # The machine's steal time (a VM's CPUs given to other guests) over each run's measured window.
+    steal = [r["host"]["steal_percent_avg"] for r in reports if r.get("host")]
     rows[name] = {"messages_per_s": rate, "p99_ms": p99, "runs": [r["measured"]["messages_per_s"] for r in reports],
-                  "server_cpu_percent": statistics.median(cpu) if cpu else None, "missing_points": missing}
+                  "server_cpu_percent": statistics.median(cpu) if cpu else None, "missing_points": missing,
+                  "steal_percent": steal}
 ratios = {
     "fleetwire/null": rows["fleetwire"]["messages_per_s"] / rows["null"]["messages_per_s"],
     "mosquitto/null": rows["mosquitto"]["messages_per_s"] / rows["null"]["messages_per_s"],
     "fleetwire/mosquitto": rows["fleetwire"]["messages_per_s"] / rows["mosquitto"]["messages_per_s"],
 }
 json.dump({"rows": rows, "ratios": ratios}, open(f"{out}/summary.json", "w"), indent=2)
-print(f"\n| server | msg/s (median of {runs}) | runs | PUBACK p99 | server CPU | missing |")
-print("|---|---|---|---|---|---|")
+print(f"\n| server | msg/s (median of {runs}) | runs | PUBACK p99 | server CPU | missing | host steal |")
+print("|---|---|---|---|---|---|---|")
 for name, r in rows.items():
     cpu = "-" if r["server_cpu_percent"] is None else f"{r['server_cpu_percent']:.0f}%"
     miss = "-" if name != "fleetwire" else str(r["missing_points"])
     runs_s = ", ".join(f"{x:,.0f}" for x in r["runs"])
-    print(f"| {name} | {r['messages_per_s']:,.0f} | {runs_s} | {r['p99_ms']:.1f} ms | {cpu} | {miss} |")
+    steal_s = ", ".join(f"{x:.0f}%" for x in r["steal_percent"]) or "-"
+    print(f"| {name} | {r['messages_per_s']:,.0f} | {runs_s} | {r['p99_ms']:.1f} ms | {cpu} | {miss} | {steal_s} |")
 print()
+if any(x >= 5 for r in rows.values() for x in r["steal_percent"]):
+    print("note: the hypervisor took 5% or more of this machine's CPU time in some runs; their rates are not comparable")
 for k, v in ratios.items():
     print(f"{k}: {v:.2f}")
 print(f"\nreports: {out}")

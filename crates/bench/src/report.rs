@@ -29,6 +29,9 @@ pub struct Report {
     /// Refusals by code: CONNACK/PUBACK reason codes (`0x87`), HTTP statuses (`0x1F4` = 500).
     pub refusals: HashMap<String, u64>,
     pub server: Option<ServerUsage>,
+    /// The whole machine over the measured window (`/proc/stat`), where it can be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostUsage>,
     pub ts_min_ms: Option<i64>,
     pub ts_max_ms: Option<i64>,
     /// One entry per second of the run.
@@ -84,6 +87,16 @@ pub struct ServerUsage {
     pub rss_max_bytes: Option<u64>,
     /// (RSS when connected − RSS before) / connections.
     pub rss_per_connection_bytes: Option<f64>,
+}
+
+/// The machine's CPU time over the measured window, in percent of all of it (every core), sampled once a
+/// second. Steal is time the hypervisor of a VM gave its CPUs to other guests: runs with different steal
+/// ran on different machines, in effect, and are not comparable.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostUsage {
+    pub steal_percent_avg: f64,
+    pub steal_percent_max: f64,
+    pub idle_percent_avg: f64,
 }
 
 /// One second of the run, as printed in the progress line.
@@ -216,6 +229,13 @@ impl Report {
                         ", {:.2} KB per connection",
                         b / 1000.0
                     ))
+            );
+        }
+        if let Some(host) = &self.host {
+            let _ = writeln!(
+                out,
+                "host          steal avg {:.0}% max {:.0}%, idle {:.0}% (of all cores)",
+                host.steal_percent_avg, host.steal_percent_max, host.idle_percent_avg
             );
         }
         match &self.verification {

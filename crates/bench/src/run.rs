@@ -13,10 +13,10 @@ use tokio::sync::{mpsc, watch};
 use crate::error::{Error, Result};
 use crate::fleet::{self, Counters, Event, Slice, SliceResult, Tick};
 use crate::payload::PayloadGen;
-use crate::report::{LatencySummary, Measured, Report, Second, ServerUsage};
+use crate::report::{HostUsage, LatencySummary, Measured, Report, Second, ServerUsage};
 use crate::rest::Rest;
 use crate::scenario::{Scenario, Transport};
-use crate::stats::{Latency, ProcSampler};
+use crate::stats::{HostSampler, Latency, ProcSampler};
 use crate::verify::{self, Acked};
 
 /// Options of a run that are not part of the workload.
@@ -52,6 +52,8 @@ pub async fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report> {
         Some(s) => Some(s.sample()?.rss_bytes),
         None => None,
     };
+
+    let mut host = HostSampler::new();
 
     let (events_tx, mut events_rx) = mpsc::unbounded_channel::<(usize, Event)>();
     let slices = split(scenario);
@@ -117,7 +119,8 @@ pub async fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report> {
                     Some(s) => s.sample().ok(),
                     None => None,
                 };
-                let second = agg.second(run_start.elapsed(), go_at.map(|g| g.elapsed()), server);
+                let host = host.as_mut().and_then(HostSampler::sample);
+                let second = agg.second(run_start.elapsed(), go_at.map(|g| g.elapsed()), server, host);
                 if options.progress {
                     eprintln!("{}", second.progress_line(scenario.devices));
                 }
@@ -423,6 +426,7 @@ struct SecondBucket {
     sources: HashMap<usize, (u64, u64, u64)>,
     latency: Latency,
     server: Option<crate::stats::ProcSample>,
+    host: Option<crate::stats::HostSample>,
 }
 
 impl Aggregator {
@@ -494,6 +498,7 @@ impl Aggregator {
         elapsed: Duration,
         load: Option<Duration>,
         server: Option<crate::stats::ProcSample>,
+        host: Option<crate::stats::HostSample>,
     ) -> Second {
         let total = self.totals();
         let secs = (elapsed - self.last_at).as_secs_f64().max(1e-3);
@@ -512,9 +517,15 @@ impl Aggregator {
         if let Some(sample) = server {
             self.rss_max = self.rss_max.max(Some(sample.rss_bytes));
         }
-        if let (Some(load), Some(sample)) = (load, server) {
+        if let Some(load) = load {
             let second = (load.as_millis() as u64).div_ceil(1000).max(1);
-            self.seconds.entry(second).or_default().server = Some(sample);
+            let bucket = self.seconds.entry(second).or_default();
+            if server.is_some() {
+                bucket.server = server;
+            }
+            if host.is_some() {
+                bucket.host = host;
+            }
         }
         self.last_sent = total.sent;
         self.last_acked = total.acked;
@@ -565,6 +576,22 @@ impl Aggregator {
             })
             .filter_map(|(_, b)| b.server.map(|s| s.cpu_percent))
             .collect();
+        let host: Vec<crate::stats::HostSample> = self
+            .seconds
+            .iter()
+            .filter(|(&second, _)| {
+                second * 1000 > self.warmup_ms && second * 1000 <= self.end_ms + 500
+            })
+            .filter_map(|(_, b)| b.host)
+            .collect();
+        let host = (!host.is_empty()).then(|| {
+            let n = host.len() as f64;
+            HostUsage {
+                steal_percent_avg: host.iter().map(|h| h.steal_percent).sum::<f64>() / n,
+                steal_percent_max: host.iter().map(|h| h.steal_percent).fold(0.0, f64::max),
+                idle_percent_avg: host.iter().map(|h| h.idle_percent).sum::<f64>() / n,
+            }
+        });
         let rss_max = self.rss_max;
         let server = rss_baseline.map(|baseline| ServerUsage {
             cpu_percent_avg: (!cpu.is_empty()).then(|| cpu.iter().sum::<f64>() / cpu.len() as f64),
@@ -599,6 +626,7 @@ impl Aggregator {
             totals,
             refusals: refusal_map,
             server,
+            host,
             ts_min_ms,
             ts_max_ms,
             timeline: self.report_timeline(),

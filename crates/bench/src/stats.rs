@@ -192,6 +192,82 @@ impl ProcSampler {
     }
 }
 
+/// What the whole machine did over an interval, from the `cpu` line of `/proc/stat`, in percent of all
+/// its CPU time. On a VM, `steal` is time the hypervisor gave this machine's virtual CPUs to others: a
+/// run with steal in it measured a smaller machine than the one it names.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HostSample {
+    pub steal_percent: f64,
+    pub idle_percent: f64,
+}
+
+/// Samples the machine's CPU time (`/proc/stat`); see [`HostSample`].
+#[derive(Debug)]
+pub struct HostSampler {
+    last: CpuTimes,
+}
+
+/// The `cpu` line's fields that add up to the machine's time: (all, idle + iowait, steal), in ticks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CpuTimes {
+    total: u64,
+    idle: u64,
+    steal: u64,
+}
+
+impl HostSampler {
+    /// `None` where `/proc/stat` cannot be read (not Linux); the report then has no host line.
+    pub fn new() -> Option<HostSampler> {
+        Some(HostSampler {
+            last: host_cpu_times()?,
+        })
+    }
+
+    /// The machine's steal and idle time since the previous sample (or since `new`).
+    pub fn sample(&mut self) -> Option<HostSample> {
+        let now = host_cpu_times()?;
+        let sample = host_sample(self.last, now);
+        self.last = now;
+        sample
+    }
+}
+
+fn host_cpu_times() -> Option<CpuTimes> {
+    parse_cpu_times(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
+/// The first line of `/proc/stat`: `cpu  user nice system idle iowait irq softirq steal guest guest_nice`.
+/// Guest time is already counted in user time, so the total stops at steal.
+fn parse_cpu_times(stat: &str) -> Option<CpuTimes> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    let &[user, nice, system, idle, iowait, irq, softirq, steal] = fields.as_slice() else {
+        return None;
+    };
+    Some(CpuTimes {
+        total: user + nice + system + idle + iowait + irq + softirq + steal,
+        idle: idle + iowait,
+        steal,
+    })
+}
+
+fn host_sample(before: CpuTimes, after: CpuTimes) -> Option<HostSample> {
+    let total = after.total.checked_sub(before.total)?;
+    if total == 0 {
+        return None;
+    }
+    let percent = |ticks: u64| 100.0 * ticks as f64 / total as f64;
+    Some(HostSample {
+        steal_percent: percent(after.steal.saturating_sub(before.steal)),
+        idle_percent: percent(after.idle.saturating_sub(before.idle)),
+    })
+}
+
 /// Resident memory of `pid` (`VmRSS` of `/proc/<pid>/status`); 0 for a process without any (a zombie).
 pub fn rss_bytes(pid: u32) -> Result<u64> {
     let path = format!("/proc/{pid}/status");
@@ -254,6 +330,30 @@ fn clock_ticks_per_s() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_steal_and_idle_are_shares_of_the_machine_time() {
+        let before = parse_cpu_times("cpu  100 0 50 800 10 0 20 20 0 0\ncpu0 1 2 3\n").unwrap();
+        let after = parse_cpu_times("cpu  200 0 100 900 10 0 40 120 0 0\n").unwrap();
+        // 370 ticks passed: 100 stolen, 100 idle.
+        let sample = host_sample(before, after).unwrap();
+        assert!((sample.steal_percent - 100.0 * 100.0 / 370.0).abs() < 1e-9);
+        assert!((sample.idle_percent - 100.0 * 100.0 / 370.0).abs() < 1e-9);
+        assert_eq!(host_sample(after, after), None, "no time passed");
+        assert_eq!(parse_cpu_times("cpu  1 2 3\n"), None, "too few fields");
+        assert_eq!(parse_cpu_times("intr 1 2 3\n"), None);
+    }
+
+    #[test]
+    fn host_sampler_reads_this_machine() {
+        if let Some(mut sampler) = HostSampler::new() {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            if let Some(sample) = sampler.sample() {
+                assert!((0.0..=100.0).contains(&sample.steal_percent));
+                assert!((0.0..=100.0).contains(&sample.idle_percent));
+            }
+        }
+    }
 
     #[test]
     fn new_latency_is_empty() {
