@@ -472,7 +472,7 @@ impl Aggregator {
         self.all.merge(&latency);
         if let Some(ms) = tick.load_ms {
             // A tick covers the second before it: it is measured if that second is in the window.
-            if ms > self.warmup_ms && ms <= self.end_ms + 500 {
+            if self.is_measured(ms) {
                 self.measured.merge(&latency);
                 self.send_lag.merge(&send_lag);
             }
@@ -483,6 +483,20 @@ impl Aggregator {
             }
         }
         Ok(())
+    }
+
+    /// Whether a tick at `load_ms` covers a second of the measured window (it covers the second
+    /// before it; the half second of grace takes the last tick, which can come a little late).
+    fn is_measured(&self, load_ms: u64) -> bool {
+        load_ms > self.warmup_ms && load_ms <= self.end_ms + 500
+    }
+
+    /// The per-second buckets of the measured window.
+    fn measured_seconds(&self) -> impl Iterator<Item = &SecondBucket> + '_ {
+        self.seconds
+            .iter()
+            .filter(|(&second, _)| self.is_measured(second * 1000))
+            .map(|(_, bucket)| bucket)
     }
 
     fn totals(&self) -> Counters {
@@ -569,21 +583,11 @@ impl Aggregator {
         let points = PayloadGen::new(scenario.profile, scenario.plc_values, 0).points_per_message();
         // Server CPU over the measured window, from the samples filed under their load second.
         let cpu: Vec<f64> = self
-            .seconds
-            .iter()
-            .filter(|(&second, _)| {
-                second * 1000 > self.warmup_ms && second * 1000 <= self.end_ms + 500
-            })
-            .filter_map(|(_, b)| b.server.map(|s| s.cpu_percent))
+            .measured_seconds()
+            .filter_map(|b| b.server.map(|s| s.cpu_percent))
             .collect();
-        let host: Vec<crate::stats::HostSample> = self
-            .seconds
-            .iter()
-            .filter(|(&second, _)| {
-                second * 1000 > self.warmup_ms && second * 1000 <= self.end_ms + 500
-            })
-            .filter_map(|(_, b)| b.host)
-            .collect();
+        let host: Vec<crate::stats::HostSample> =
+            self.measured_seconds().filter_map(|b| b.host).collect();
         let host = (!host.is_empty()).then(|| {
             let n = host.len() as f64;
             HostUsage {
