@@ -94,11 +94,12 @@ def test_connections_that_never_complete_connect_are_closed_after_the_connect_ti
 
 @pytest.mark.parametrize("version", [MQTT311, MQTT5], ids=["3.1.1", "5"])
 def test_keep_alive_closes_trickling_and_vanished_sessions_but_not_one_that_pings(server, watchdog, version):
-    """Keep Alive 2 s: a session that goes silent after CONNACK (a device gone without FIN: half-open) and one that
-    trickles a PUBLISH a byte every 0.3 s without finishing it are both closed about 3 s after their last complete
+    """Keep Alive 2 s: a session that goes silent after CONNACK (a device gone without FIN: half-open), one that
+    trickles a PUBLISH a byte every 0.3 s and one that rushes it a byte every millisecond (its socket is readable
+    nearly every time the server looks), neither finishing it, are all closed about 3 s after their last complete
     packet, MQTT 5 with DISCONNECT 0x8D; a session that sends PINGREQ every second stays connected."""
     clients = {}
-    for role in ("silent", "trickle", "pinger"):
+    for role in ("silent", "trickle", "rush", "pinger"):
         device = server.create_device()
         client = RawClient(server.host, server.mqtt_port, timeout_s=10)
         client.send(raw_mqtt.connect(version, unique(role), username=device.token, keepalive_s=2))
@@ -128,10 +129,24 @@ def test_keep_alive_closes_trickling_and_vanished_sessions_but_not_one_that_ping
                 next_ping += 1.0
             time.sleep(0.3)
 
+    rushed = raw_mqtt.publish(version, "v1/devices/me/telemetry", json.dumps({"never": "complete" * 2000}), 1, 8)
+
+    def rush():
+        for i in range(len(rushed) - 1):
+            if stop.is_set():
+                return
+            try:
+                clients["rush"].sock.send(rushed[i:i + 1])
+            except OSError:
+                return  # closed by the server, as it should be
+            time.sleep(0.001)
+
     busy = threading.Thread(target=keep_busy, daemon=True)
     busy.start()
+    rusher = threading.Thread(target=rush, daemon=True)
+    rusher.start()
     try:
-        for role in ("silent", "trickle"):
+        for role in ("silent", "trickle", "rush"):
             packets = clients[role].wait_closed(timeout_s=8)
             elapsed = time.monotonic() - connected
             assert 2.5 <= elapsed <= 6.0, f"{role} session closed after {elapsed:.1f} s (limit 3 s)"
@@ -144,6 +159,7 @@ def test_keep_alive_closes_trickling_and_vanished_sessions_but_not_one_that_ping
     finally:
         stop.set()
         busy.join(timeout=5)
+        rusher.join(timeout=5)
     assert not errors, errors
     pinger = clients["pinger"]
     answers = []

@@ -4,10 +4,12 @@
 //!   key/value entries.
 //! - [`payload`]: parsing of ThingsBoard device payloads (telemetry and attribute JSON, every form of
 //!   reference sections 1.5-1.6, lenient JSON included) into typed entries.
+//! - [`hint`]: cache prefetch hints for hot paths that touch memory known to be cold.
 //! - [`record`]: the records that travel through the ingest log, and their compact binary encoding.
 //!
 //! Architecture invariant: this crate does no I/O and knows nothing of tokio, the network or the disk.
 
+pub mod hint;
 pub mod payload;
 pub mod record;
 pub mod value;

@@ -121,9 +121,9 @@ impl Points {
     /// after the other is what this is for.
     pub(crate) fn prefetch_tail(&self) {
         let len = self.ts.len();
-        prefetch(self.ts.as_ptr().wrapping_add(len));
-        prefetch(self.tags.as_ptr().wrapping_add(len));
-        prefetch(self.payload.as_ptr().wrapping_add(len));
+        fleetwire_model::hint::prefetch(self.ts.as_ptr().wrapping_add(len));
+        fleetwire_model::hint::prefetch(self.tags.as_ptr().wrapping_add(len));
+        fleetwire_model::hint::prefetch(self.payload.as_ptr().wrapping_add(len));
     }
 
     /// Appends a point whose ts is greater than every ts already held.
@@ -312,35 +312,6 @@ impl PartialEq for Points {
 pub(crate) fn value_ref(value: &Value) -> ValueRef<'_> {
     ValueRef::from(value)
 }
-
-/// A hint that the cache line holding `p` will be written soon; it never reads or writes `p` (and
-/// does nothing on other architectures).
-#[inline(always)]
-pub(crate) fn prefetch<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is only a hint: it does not access memory as far as the program is
-    // concerned and cannot fault, whatever the address (here one past a vector's last element).
-    #[allow(unsafe_code)]
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
-/// Prefetches every cache line of `object`, so that reading its fields later does not wait for memory.
-pub(crate) fn prefetch_object<T>(object: &T) {
-    let start = std::ptr::from_ref(object).cast::<u8>();
-    let mut offset = 0;
-    while offset < std::mem::size_of::<T>() {
-        prefetch(start.wrapping_add(offset));
-        offset += CACHE_LINE;
-    }
-    // The last line, when the object does not start on a line boundary.
-    prefetch(start.wrapping_add(std::mem::size_of::<T>().saturating_sub(1)));
-}
-
-const CACHE_LINE: usize = 64;
 
 #[cfg(test)]
 mod tests {

@@ -216,7 +216,7 @@ impl Tsdb {
         // tails (see `Points::prefetch_tail`), whose addresses are in the states.
         if keys.len() <= PREFETCH_SERIES_MAX {
             for state in keys.values() {
-                crate::points::prefetch_object(state);
+                fleetwire_model::hint::prefetch_object(state);
             }
             for state in keys.values() {
                 state.head.points.prefetch_tail();

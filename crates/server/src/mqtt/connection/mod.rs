@@ -277,24 +277,26 @@ impl Conn<'_> {
                 buf = BytesMut::new();
                 release_answers(std::mem::take(&mut self.out));
             }
-            tokio::select! {
-                readable = self.stream.readable() => if readable.is_err() {
-                    return End::Client;
-                },
-                () = &mut idle => {
-                    let left = self.idle_left();
-                    if !left.is_zero() {
-                        idle.as_mut().reset(tokio::time::Instant::now() + left);
+            // The signal first, so that a device that keeps its socket readable never starves a close (the
+            // flush prefetched it, so this is one cached load).
+            if let Some(signaled) = signal.try_signaled() {
+                match signaled {
+                    Some(reason) => return End::Server(Some(reason)),
+                    None => {
+                        self.publish_updates();
                         continue;
                     }
-                    tracing::debug!(peer = %self.peer, device = %self.device_id, keep_alive = self.keep_alive,
-                        "no complete packet in time; closing");
-                    metrics::refused(Transport::Mqtt, Reason::Timeout);
-                    return End::Server(Some(if self.keep_alive {
-                        reason::KEEP_ALIVE_TIMEOUT
-                    } else {
-                        reason::MAXIMUM_CONNECT_TIME
-                    }));
+                }
+            }
+            // Then in a fixed order, readability first: when the task wakes, it is nearly always for that,
+            // and the signal (cold again by then) need not be looked at. Readability uses the socket's
+            // single reader slot (`poll_read_ready`), not `readable()`'s waiter list, which takes the socket's
+            // lock to enter and again to leave. A device that keeps the socket readable cannot starve the
+            // inactivity timer either: it is checked after every read below.
+            tokio::select! {
+                biased;
+                readable = std::future::poll_fn(|cx| self.stream.poll_read_ready(cx)) => if readable.is_err() {
+                    return End::Client;
                 },
                 signaled = signal.signaled() => match signaled {
                     Some(reason) => return End::Server(Some(reason)),
@@ -302,6 +304,14 @@ impl Conn<'_> {
                         self.publish_updates();
                         continue;
                     }
+                },
+                () = &mut idle => {
+                    let left = self.idle_left();
+                    if !left.is_zero() {
+                        idle.as_mut().reset(tokio::time::Instant::now() + left);
+                        continue;
+                    }
+                    return self.timed_out();
                 },
             }
             // Over the log's disk budget a read waits for its grant (backpressure; see ingest::admission).
@@ -326,7 +336,23 @@ impl Conn<'_> {
                 Err(client_end) => return client_end,
             }
             self.note_uplink();
+            if end.is_none() && self.idle_left().is_zero() {
+                // Readable at every wait, yet no complete packet in time (a byte at a time).
+                end = Some(self.timed_out());
+            }
         }
+    }
+
+    /// Closes for inactivity: no complete packet within the keep-alive (or, without one, the connect) limit.
+    fn timed_out(&self) -> End {
+        tracing::debug!(peer = %self.peer, device = %self.device_id, keep_alive = self.keep_alive,
+            "no complete packet in time; closing");
+        metrics::refused(Transport::Mqtt, Reason::Timeout);
+        End::Server(Some(if self.keep_alive {
+            reason::KEEP_ALIVE_TIMEOUT
+        } else {
+            reason::MAXIMUM_CONNECT_TIME
+        }))
     }
 
     /// Time left until the inactivity limit, counted from the last complete packet.
@@ -452,6 +478,8 @@ impl Conn<'_> {
                 return false;
             }
         }
+        // The connection loop checks its signal next; the write below hides the load.
+        self.signal.prefetch();
         if self.out.is_empty() {
             return true;
         }
