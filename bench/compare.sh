@@ -71,23 +71,32 @@ for name in ("null", "mosquitto", "fleetwire"):
     missing = sum((r.get("verification") or {}).get("missing_points", 0) for r in reports)
     # The machine's steal time (a VM's CPUs given to other guests) over each run's measured window.
     steal = [r["host"]["steal_percent_avg"] for r in reports if r.get("host")]
+    # CPU time per message of the server and of the generator that shares the box with it: the rate is about
+    # (cores) / (their sum), so this says which side a difference in rate came from.
+    def us(rs, side):
+        v = [(r.get(side) or {}).get("cpu_us_per_message") for r in rs]
+        v = [x for x in v if x is not None]
+        return statistics.median(v) if v else None
     rows[name] = {"messages_per_s": rate, "p99_ms": p99, "runs": [r["measured"]["messages_per_s"] for r in reports],
                   "server_cpu_percent": statistics.median(cpu) if cpu else None, "missing_points": missing,
-                  "steal_percent": steal}
+                  "steal_percent": steal, "server_cpu_us_per_message": us(reports, "server"),
+                  "generator_cpu_us_per_message": us(reports, "generator")}
 ratios = {
     "fleetwire/null": rows["fleetwire"]["messages_per_s"] / rows["null"]["messages_per_s"],
     "mosquitto/null": rows["mosquitto"]["messages_per_s"] / rows["null"]["messages_per_s"],
     "fleetwire/mosquitto": rows["fleetwire"]["messages_per_s"] / rows["mosquitto"]["messages_per_s"],
 }
 json.dump({"rows": rows, "ratios": ratios}, open(f"{out}/summary.json", "w"), indent=2)
-print(f"\n| server | msg/s (median of {runs}) | runs | PUBACK p99 | server CPU | missing | host steal |")
-print("|---|---|---|---|---|---|---|")
+print(f"\n| server | msg/s (median of {runs}) | runs | PUBACK p99 | server CPU | CPU µs/msg: server + generator | missing | host steal |")
+print("|---|---|---|---|---|---|---|---|")
 for name, r in rows.items():
     cpu = "-" if r["server_cpu_percent"] is None else f"{r['server_cpu_percent']:.0f}%"
+    fmt = lambda x: "-" if x is None else f"{x:.2f}"
+    per_msg = f"{fmt(r['server_cpu_us_per_message'])} + {fmt(r['generator_cpu_us_per_message'])}"
     miss = "-" if name != "fleetwire" else str(r["missing_points"])
     runs_s = ", ".join(f"{x:,.0f}" for x in r["runs"])
     steal_s = ", ".join(f"{x:.0f}%" for x in r["steal_percent"]) or "-"
-    print(f"| {name} | {r['messages_per_s']:,.0f} | {runs_s} | {r['p99_ms']:.1f} ms | {cpu} | {miss} | {steal_s} |")
+    print(f"| {name} | {r['messages_per_s']:,.0f} | {runs_s} | {r['p99_ms']:.1f} ms | {cpu} | {per_msg} | {miss} | {steal_s} |")
 print()
 if any(x >= 5 for r in rows.values() for x in r["steal_percent"]):
     print("note: the hypervisor took 5% or more of this machine's CPU time in some runs; their rates are not comparable")

@@ -29,6 +29,9 @@ pub struct Report {
     /// Refusals by code: CONNACK/PUBACK reason codes (`0x87`), HTTP statuses (`0x1F4` = 500).
     pub refusals: HashMap<String, u64>,
     pub server: Option<ServerUsage>,
+    /// The load generator's own CPU over the measured window (it shares the box with the server).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generator: Option<GeneratorUsage>,
     /// The whole machine over the measured window (`/proc/stat`), where it can be read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<HostUsage>,
@@ -81,12 +84,23 @@ pub struct ServerUsage {
     /// Average and peak over the measured window; 100% = one core busy.
     pub cpu_percent_avg: Option<f64>,
     pub cpu_percent_max: Option<f64>,
+    /// The average CPU over the measured rate: CPU time per message, in microseconds.
+    pub cpu_us_per_message: Option<f64>,
     /// RSS before the fleet connected, when it had connected, and the peak.
     pub rss_baseline_bytes: u64,
     pub rss_at_go_bytes: Option<u64>,
     pub rss_max_bytes: Option<u64>,
     /// (RSS when connected − RSS before) / connections.
     pub rss_per_connection_bytes: Option<f64>,
+}
+
+/// The generator's processes' CPU over the measured window. With the server on the same box, the rate is
+/// about (cores) / (server + generator CPU per message): comparing two servers' rates compares their sums.
+#[derive(Debug, Clone, Serialize)]
+pub struct GeneratorUsage {
+    /// 100% = one core busy.
+    pub cpu_percent_avg: f64,
+    pub cpu_us_per_message: Option<f64>,
 }
 
 /// The machine's CPU time over the measured window, in percent of all of it (every core), sampled once a
@@ -217,9 +231,10 @@ impl Report {
         if let Some(server) = &self.server {
             let _ = writeln!(
                 out,
-                "server        cpu avg {} max {}, rss {} before, {} connected, {} peak{}",
+                "server        cpu avg {} max {}{}, rss {} before, {} connected, {} peak{}",
                 pct(server.cpu_percent_avg),
                 pct(server.cpu_percent_max),
+                per_message(server.cpu_us_per_message),
                 mib(server.rss_baseline_bytes),
                 server.rss_at_go_bytes.map_or("-".into(), mib),
                 server.rss_max_bytes.map_or("-".into(), mib),
@@ -229,6 +244,14 @@ impl Report {
                         ", {:.2} KB per connection",
                         b / 1000.0
                     ))
+            );
+        }
+        if let Some(generator) = &self.generator {
+            let _ = writeln!(
+                out,
+                "generator     cpu avg {:.0}%{}",
+                generator.cpu_percent_avg,
+                per_message(generator.cpu_us_per_message)
             );
         }
         if let Some(host) = &self.host {
@@ -307,6 +330,11 @@ fn mib(bytes: u64) -> String {
 
 fn pct(p: Option<f64>) -> String {
     p.map_or("-".into(), |p| format!("{p:.0}%"))
+}
+
+/// ` (2.41 µs per message)`, or nothing without a rate.
+fn per_message(us: Option<f64>) -> String {
+    us.map_or(String::new(), |us| format!(" ({us:.2} µs per message)"))
 }
 
 #[cfg(test)]

@@ -13,7 +13,9 @@ use tokio::sync::{mpsc, watch};
 use crate::error::{Error, Result};
 use crate::fleet::{self, Counters, Event, Slice, SliceResult, Tick};
 use crate::payload::PayloadGen;
-use crate::report::{HostUsage, LatencySummary, Measured, Report, Second, ServerUsage};
+use crate::report::{
+    GeneratorUsage, HostUsage, LatencySummary, Measured, Report, Second, ServerUsage,
+};
 use crate::rest::Rest;
 use crate::scenario::{Scenario, Transport};
 use crate::stats::{HostSampler, Latency, ProcSampler};
@@ -76,6 +78,13 @@ pub async fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report> {
     }
     drop(events_tx);
 
+    // The generator's own CPU (this process and its workers): on one box, what it takes is what the server
+    // cannot have, so the report gives both per message.
+    let mut generator: Vec<ProcSampler> = std::iter::once(std::process::id())
+        .chain(children.iter().filter_map(Child::id))
+        .filter_map(|pid| ProcSampler::new(pid).ok())
+        .collect();
+
     let mut agg = Aggregator::new(scenario, slices.len());
     let run_start = Instant::now();
     let mut ready = 0usize;
@@ -120,7 +129,16 @@ pub async fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report> {
                     None => None,
                 };
                 let host = host.as_mut().and_then(HostSampler::sample);
-                let second = agg.second(run_start.elapsed(), go_at.map(|g| g.elapsed()), server, host);
+                let generator_cpu = generator
+                    .iter_mut()
+                    .map(|s| s.sample().map(|s| s.cpu_percent))
+                    .sum::<Result<f64>>()
+                    .ok();
+                let second = agg.second(
+                    run_start.elapsed(),
+                    go_at.map(|g| g.elapsed()),
+                    Samples { server, host, generator_cpu },
+                );
                 if options.progress {
                     eprintln!("{}", second.progress_line(scenario.devices));
                 }
@@ -427,6 +445,15 @@ struct SecondBucket {
     latency: Latency,
     server: Option<crate::stats::ProcSample>,
     host: Option<crate::stats::HostSample>,
+    generator_cpu: Option<f64>,
+}
+
+/// What the run samples from `/proc` once a second.
+struct Samples {
+    server: Option<crate::stats::ProcSample>,
+    host: Option<crate::stats::HostSample>,
+    /// The generator's processes together, in percent of one core.
+    generator_cpu: Option<f64>,
 }
 
 impl Aggregator {
@@ -507,13 +534,12 @@ impl Aggregator {
         total
     }
 
-    fn second(
-        &mut self,
-        elapsed: Duration,
-        load: Option<Duration>,
-        server: Option<crate::stats::ProcSample>,
-        host: Option<crate::stats::HostSample>,
-    ) -> Second {
+    fn second(&mut self, elapsed: Duration, load: Option<Duration>, samples: Samples) -> Second {
+        let Samples {
+            server,
+            host,
+            generator_cpu,
+        } = samples;
         let total = self.totals();
         let secs = (elapsed - self.last_at).as_secs_f64().max(1e-3);
         let second = Second {
@@ -539,6 +565,9 @@ impl Aggregator {
             }
             if host.is_some() {
                 bucket.host = host;
+            }
+            if generator_cpu.is_some() {
+                bucket.generator_cpu = generator_cpu;
             }
         }
         self.last_sent = total.sent;
@@ -596,9 +625,19 @@ impl Aggregator {
                 idle_percent_avg: host.iter().map(|h| h.idle_percent).sum::<f64>() / n,
             }
         });
+        let generator_cpu: Vec<f64> = self
+            .measured_seconds()
+            .filter_map(|b| b.generator_cpu)
+            .collect();
+        let generator = average(&generator_cpu).map(|cpu_percent_avg| GeneratorUsage {
+            cpu_percent_avg,
+            cpu_us_per_message: cpu_us_per_message(cpu_percent_avg, rate),
+        });
         let rss_max = self.rss_max;
+        let cpu_percent_avg = average(&cpu);
         let server = rss_baseline.map(|baseline| ServerUsage {
-            cpu_percent_avg: (!cpu.is_empty()).then(|| cpu.iter().sum::<f64>() / cpu.len() as f64),
+            cpu_percent_avg,
+            cpu_us_per_message: cpu_percent_avg.and_then(|c| cpu_us_per_message(c, rate)),
             cpu_percent_max: cpu
                 .iter()
                 .copied()
@@ -630,6 +669,7 @@ impl Aggregator {
             totals,
             refusals: refusal_map,
             server,
+            generator,
             host,
             ts_min_ms,
             ts_max_ms,
@@ -684,6 +724,16 @@ impl Aggregator {
             })
             .sum()
     }
+}
+
+/// The mean of `values`, `None` when there are none.
+fn average(values: &[f64]) -> Option<f64> {
+    (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+}
+
+/// CPU time per message, in microseconds, from a CPU share (percent of one core) and a message rate.
+fn cpu_us_per_message(cpu_percent: f64, messages_per_s: f64) -> Option<f64> {
+    (messages_per_s > 0.0).then(|| cpu_percent / 100.0 * 1e6 / messages_per_s)
 }
 
 #[cfg(test)]
@@ -757,6 +807,62 @@ mod tests {
         let lag = report.send_lag.expect("send lags were recorded");
         assert_eq!(lag.count, 4);
         assert!(lag.max_ms > 0.29 && lag.max_ms < 0.31, "{}", lag.max_ms);
+    }
+
+    #[test]
+    fn the_generator_cpu_counts_over_the_measured_window_and_per_message() {
+        let s = Scenario {
+            warmup_s: 1.0,
+            duration_s: 2.0,
+            ..Scenario::default()
+        };
+        let mut agg = Aggregator::new(&s, 1);
+        let tick = |ms: u64, acked: u64| Tick {
+            load_ms: Some(ms),
+            counters: Counters {
+                acked,
+                sent: acked,
+                ..Counters::default()
+            },
+            latency: Latency::new().to_base64(),
+            send_lag: String::new(),
+        };
+        // (load second, generator CPU): warm-up, two measured seconds, drain.
+        for (second, cpu) in [(1, 90.0), (2, 40.0), (3, 60.0), (9, 5.0)] {
+            agg.tick(
+                0,
+                &tick(
+                    second * 1000,
+                    [0, 100, 500, 900, 0, 0, 0, 0, 0, 900][second as usize],
+                ),
+            )
+            .unwrap();
+            let samples = Samples {
+                server: None,
+                host: None,
+                generator_cpu: Some(cpu),
+            };
+            let load = Duration::from_millis(second * 1000);
+            agg.second(load, Some(load), samples);
+        }
+        let report = agg.finish(&s, &[], None, None);
+        // Measured: 800 messages from 1 s to 3 s, 400/s; the generator at 50% of a core.
+        assert!((report.measured.messages_per_s - 400.0).abs() < 1e-9);
+        let generator = report.generator.clone().expect("the generator was sampled");
+        assert!((generator.cpu_percent_avg - 50.0).abs() < 1e-9);
+        let us = generator.cpu_us_per_message.expect("a rate");
+        assert!((us - 1250.0).abs() < 1e-6, "{us}");
+        assert!(report
+            .table()
+            .contains("generator     cpu avg 50% (1250.00 µs per message)"));
+    }
+
+    #[test]
+    fn cpu_per_message_needs_a_rate() {
+        assert_eq!(cpu_us_per_message(100.0, 0.0), None);
+        assert_eq!(cpu_us_per_message(100.0, 250_000.0), Some(4.0));
+        assert_eq!(average(&[]), None);
+        assert_eq!(average(&[1.0, 2.0]), Some(1.5));
     }
 
     #[test]
