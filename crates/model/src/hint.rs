@@ -2,8 +2,8 @@
 //!
 //! On x86-64 they are `prefetcht0`; elsewhere they do nothing.
 
-/// A hint that the cache line holding `p` will be written soon; it never reads or writes `p` (and
-/// does nothing on other architectures).
+/// A hint that the cache line holding `p` will be read or written soon; it never reads or writes `p`
+/// (and does nothing on other architectures).
 #[inline(always)]
 pub fn prefetch<T>(p: *const T) {
     #[cfg(target_arch = "x86_64")]
