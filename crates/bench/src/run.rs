@@ -759,6 +759,20 @@ mod tests {
         assert_eq!(one[0].local_ip, None);
     }
 
+    /// A tick with `acked` messages sent and acknowledged so far, and no latencies.
+    fn acked_tick(load_ms: Option<u64>, acked: u64) -> Tick {
+        Tick {
+            load_ms,
+            counters: Counters {
+                acked,
+                sent: acked,
+                ..Counters::default()
+            },
+            latency: Latency::new().to_base64(),
+            send_lag: String::new(),
+        }
+    }
+
     #[test]
     fn aggregator_merges_sources_and_measures_only_the_window() {
         let s = Scenario {
@@ -817,26 +831,15 @@ mod tests {
             ..Scenario::default()
         };
         let mut agg = Aggregator::new(&s, 1);
-        let tick = |ms: u64, acked: u64| Tick {
-            load_ms: Some(ms),
-            counters: Counters {
-                acked,
-                sent: acked,
-                ..Counters::default()
-            },
-            latency: Latency::new().to_base64(),
-            send_lag: String::new(),
-        };
-        // (load second, generator CPU): warm-up, two measured seconds, drain.
-        for (second, cpu) in [(1, 90.0), (2, 40.0), (3, 60.0), (9, 5.0)] {
-            agg.tick(
-                0,
-                &tick(
-                    second * 1000,
-                    [0, 100, 500, 900, 0, 0, 0, 0, 0, 900][second as usize],
-                ),
-            )
-            .unwrap();
+        // (load second, acked so far, generator CPU): warm-up, two measured seconds, drain.
+        for (second, acked, cpu) in [
+            (1, 100, 90.0),
+            (2, 500, 40.0),
+            (3, 900, 60.0),
+            (9, 900, 5.0),
+        ] {
+            agg.tick(0, &acked_tick(Some(second * 1000), acked))
+                .unwrap();
             let samples = Samples {
                 server: None,
                 host: None,
@@ -890,22 +893,12 @@ mod tests {
     fn the_report_timeline_divides_each_ticks_delta_by_its_own_interval() {
         let s = Scenario::default();
         let mut agg = Aggregator::new(&s, 1);
-        let tick = |ms: Option<u64>, acked: u64| Tick {
-            load_ms: ms,
-            counters: Counters {
-                acked,
-                sent: acked,
-                ..Counters::default()
-            },
-            latency: Latency::new().to_base64(),
-            send_lag: String::new(),
-        };
-        agg.tick(0, &tick(None, 0)).unwrap();
-        agg.tick(0, &tick(Some(1000), 100)).unwrap();
-        agg.tick(0, &tick(Some(2000), 300)).unwrap();
+        agg.tick(0, &acked_tick(None, 0)).unwrap();
+        agg.tick(0, &acked_tick(Some(1000), 100)).unwrap();
+        agg.tick(0, &acked_tick(Some(2000), 300)).unwrap();
         // A late tick: 1.5 s after the previous one. Its 300 messages are 200/s, not a 300/s spike
         // followed by an empty second.
-        agg.tick(0, &tick(Some(3500), 600)).unwrap();
+        agg.tick(0, &acked_tick(Some(3500), 600)).unwrap();
         let timeline = agg.report_timeline();
         let rates: Vec<(f64, f64)> = timeline
             .iter()

@@ -280,12 +280,9 @@ impl Conn<'_> {
             // The signal first, so that a device that keeps its socket readable never starves a close (the
             // flush prefetched it, so this is one cached load).
             if let Some(signaled) = signal.try_signaled() {
-                match signaled {
-                    Some(reason) => return End::Server(Some(reason)),
-                    None => {
-                        self.publish_updates();
-                        continue;
-                    }
+                match self.on_signal(signaled) {
+                    Some(end) => return end,
+                    None => continue,
                 }
             }
             // Then in a fixed order, readability first: when the task wakes, it is nearly always for that,
@@ -298,12 +295,9 @@ impl Conn<'_> {
                 readable = std::future::poll_fn(|cx| self.stream.poll_read_ready(cx)) => if readable.is_err() {
                     return End::Client;
                 },
-                signaled = signal.signaled() => match signaled {
-                    Some(reason) => return End::Server(Some(reason)),
-                    None => {
-                        self.publish_updates();
-                        continue;
-                    }
+                signaled = signal.signaled() => match self.on_signal(signaled) {
+                    Some(end) => return end,
+                    None => continue,
                 },
                 () = &mut idle => {
                     let left = self.idle_left();
@@ -339,6 +333,18 @@ impl Conn<'_> {
             if end.is_none() && self.idle_left().is_zero() {
                 // Readable at every wait, yet no complete packet in time (a byte at a time).
                 end = Some(self.timed_out());
+            }
+        }
+    }
+
+    /// What the close signal said: `Some(reason)` ends the connection; `None` was a wake-up for the
+    /// outboxes, whose updates are published now.
+    fn on_signal(&mut self, signaled: Option<u8>) -> Option<End> {
+        match signaled {
+            Some(reason) => Some(End::Server(Some(reason))),
+            None => {
+                self.publish_updates();
+                None
             }
         }
     }
