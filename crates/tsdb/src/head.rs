@@ -47,15 +47,21 @@ impl Head {
         self.points.ts().last().copied()
     }
 
-    /// Makes room for `points` points in all if the points held span at most `span_ms` (see
-    /// `Tsdb::apply`). Only capacity changes.
-    pub(crate) fn reserve_if_busy(&mut self, points: usize, span_ms: i64) {
+    /// Makes room for `points` points in all if, at the pace of the points it holds, the head would
+    /// reach `points` within `fill_ms` of data time (see `Tsdb::apply`). Only capacity changes.
+    pub(crate) fn reserve_if_busy(&mut self, points: usize, fill_ms: i64) {
         let (Some(first), Some(last)) = (self.points.first_ts(), self.points.last_ts()) else {
             return;
         };
-        if last.saturating_sub(first) <= span_ms {
-            self.points
-                .reserve_exact(points.saturating_sub(self.points.len()));
+        let held = self.points.len();
+        if held < 2 || points <= held {
+            return;
+        }
+        // span / (held - 1) per point, times the points still to come, compared without dividing.
+        let span = i128::from(last.saturating_sub(first));
+        let to_come = (points - held) as i128;
+        if span * to_come <= i128::from(fill_ms) * (held as i128 - 1) {
+            self.points.reserve_exact(points - held);
         }
     }
 
@@ -127,16 +133,26 @@ mod tests {
 
     #[test]
     fn a_busy_head_gets_room_for_a_whole_chunk_a_slow_one_does_not() {
-        // 32 points a second apart: busy, so room for all 1,000 at once.
-        let mut busy = filled(32, 1_000);
+        // 32 points 50 ms apart: the other 968 come within 48.4 s, so room for all 1,000 at once.
+        let mut busy = filled(32, 50);
         busy.reserve_if_busy(1_000, 60_000);
         assert!(busy.points.capacity() >= 1_000);
         assert_eq!(busy.len(), 32, "only capacity changes");
-        // 32 points a minute apart: it keeps its doubling growth.
-        let mut slow = filled(32, 60_000);
-        let before = slow.points.capacity();
-        slow.reserve_if_busy(1_000, 60_000);
-        assert_eq!(slow.points.capacity(), before);
+        // 32 points 200 ms apart (5 a second): the rest would take 194 s, so it keeps its doubling
+        // growth rather than hold room it fills over minutes.
+        for step in [200, 1_000, 60_000] {
+            let mut slow = filled(32, step);
+            let before = slow.points.capacity();
+            slow.reserve_if_busy(1_000, 60_000);
+            assert_eq!(slow.points.capacity(), before, "step {step} ms");
+        }
+        // Just inside and just outside the fill time.
+        let mut edge = filled(32, 61);
+        edge.reserve_if_busy(1_000, 60_000);
+        assert!(edge.points.capacity() >= 1_000, "968 x 61 ms = 59.0 s");
+        let mut edge = filled(32, 62);
+        edge.reserve_if_busy(1_000, 60_000);
+        assert!(edge.points.capacity() < 1_000, "968 x 62 ms = 60.02 s");
         // An empty head has no span to judge by.
         let mut empty = Head::default();
         empty.reserve_if_busy(1_000, 60_000);

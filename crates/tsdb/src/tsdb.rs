@@ -21,13 +21,15 @@ use crate::store::{ChunkStats, Store, WriteState};
 /// Entities with at most this many series have all their heads' tails prefetched before a message
 /// is applied; beyond it a message most likely writes a few of many.
 const PREFETCH_SERIES_MAX: usize = 16;
-/// A head that reaches this many points within `HEAD_BUSY_SPAN_MS` of data time is given room for all
-/// the points it will be sealed at, at once: a busy series fills its head anyway, and growing it by
-/// doubling reallocated and copied it five more times on the way, each time into fresh pages (on this
-/// kind of VM a fresh page costs a host fault). A slow series keeps growing by doubling, so it does not
-/// hold a full head's memory for the hour it may take to be sealed by age.
+/// A head that reaches this many points, at a pace that fills the rest of its chunk within
+/// `HEAD_FILL_MS` of data time, is given room for all the points it will be sealed at, at once: a busy
+/// series fills its head within the minute anyway, and growing it by doubling reallocated and copied it
+/// five more times on the way, each time into fresh pages (on this kind of VM a fresh page costs a host
+/// fault). Any slower series keeps growing by doubling, so it holds at most twice its points rather than
+/// a whole chunk's room for minutes; and a fleet that started together (every series crossing 32 points
+/// in the same second) does not ask for all its heads' memory in that second.
 const HEAD_RESERVE_AT: usize = 32;
-const HEAD_BUSY_SPAN_MS: i64 = 60_000;
+const HEAD_FILL_MS: i64 = 60_000;
 
 /// Configuration of the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -253,7 +255,7 @@ impl Tsdb {
         if state.head.len() == HEAD_RESERVE_AT {
             state
                 .head
-                .reserve_if_busy(self.seal_size(state.id), HEAD_BUSY_SPAN_MS);
+                .reserve_if_busy(self.seal_size(state.id), HEAD_FILL_MS);
         }
         state.head.insert(source, ts, value);
         state.observe(ts, value);
