@@ -26,8 +26,8 @@ const PREFETCH_SERIES_MAX: usize = 16;
 /// series fills its head within the minute anyway, and growing it by doubling reallocated and copied it
 /// five more times on the way, each time into fresh pages (on this kind of VM a fresh page costs a host
 /// fault). Any slower series keeps growing by doubling, so it holds at most twice its points rather than
-/// a whole chunk's room for minutes; and a fleet that started together (every series crossing 32 points
-/// in the same second) does not ask for all its heads' memory in that second.
+/// a whole chunk's room for minutes; and a fleet of such series that started together (every one
+/// crossing 32 points in the same second) does not ask for all its heads' memory in that second.
 const HEAD_RESERVE_AT: usize = 32;
 const HEAD_FILL_MS: i64 = 60_000;
 
