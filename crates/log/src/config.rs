@@ -52,9 +52,11 @@ pub struct LogConfig {
     pub queue_bytes_max: usize,
     /// See [`Durability`].
     pub durability: Durability,
-    /// How long the writer waits after the first pending record before committing, to gather a
-    /// bigger batch. 0 commits as soon as the previous commit ends; batches still form while an
-    /// fsync runs, which is usually the better trade.
+    /// How long the writer waits for more records once it takes up a batch, before committing, to
+    /// gather a bigger one. It takes up a batch at the first record when it was idle, or as the
+    /// previous commit ends when records came in during it (those have waited that long already).
+    /// 0 commits as soon as the previous commit ends; batches still form while an fsync runs, which
+    /// is usually the better trade.
     pub group_commit_max_delay_us: u64,
 }
 
