@@ -54,7 +54,8 @@ pub struct LogConfig {
     pub durability: Durability,
     /// How long the writer waits for more records once it takes up a batch, before committing, to
     /// gather a bigger one. It takes up a batch at the first record when it was idle, or as the
-    /// previous commit ends when records came in during it (those have waited that long already).
+    /// previous commit ends when records came in during it (those have already waited through that
+    /// commit).
     /// 0 commits as soon as the previous commit ends; batches still form while an fsync runs, which
     /// is usually the better trade.
     pub group_commit_max_delay_us: u64,
