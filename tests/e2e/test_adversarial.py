@@ -218,8 +218,9 @@ def test_fifteen_thousand_connections_opened_at_once_are_all_served(tmp_path):
         assert bench.returncode == 0, f"bench failed ({bench.returncode}):\n{bench.stderr[-4000:]}"
         report = json.loads(bench.stdout)
         totals = report["totals"]
-        assert totals["connect_failures"] == 0, totals
-        assert totals["errors"] == 0 and totals["refused"] == 0, totals
+        # The bench logs the first failed connects at warn with the error kind: keep them in the message.
+        assert totals["connect_failures"] == 0, (totals, bench.stderr[-4000:])
+        assert totals["errors"] == 0 and totals["refused"] == 0, (totals, bench.stderr[-4000:])
         assert totals["settled"] == 15000, totals
         verification = report["verification"]
         assert verification["acked_points"] > 0 and verification["missing_points"] == 0, verification

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use fleetwire_entities::BootstrapSpec;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 
 use crate::config::Config;
 use crate::state::StartError;
@@ -26,6 +26,26 @@ pub enum ServeError {
     Http(std::io::Error),
 }
 
+/// Connections the kernel may hold completed but not yet accepted, per listener (capped by
+/// `net.core.somaxconn`, 4096 by default). Tokio's `TcpListener::bind` asks for 128, as the
+/// standard library does (`ss -ltn` shows it), and a storm of devices reconnecting at once (15,000
+/// in `tests/e2e/test_adversarial.py`) overflows that while the accept loop is busy: the kernel
+/// then drops handshakes, and clients wait for SYN retransmissions, seconds each, or see their
+/// connection reset.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds a listener with `LISTEN_BACKLOG` (and `SO_REUSEADDR`, as `TcpListener::bind` sets it).
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 pub async fn serve(config: Config) -> Result<(), ServeError> {
     let mqtt_addr = SocketAddr::new(config.bind, config.mqtt.port);
     let http_addr = SocketAddr::new(config.bind, config.http.port);
@@ -41,20 +61,16 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     let state = tokio::task::block_in_place(|| AppState::open(config))?;
     let report = state.entities.bootstrap(&spec)?;
 
-    let mqtt = TcpListener::bind(mqtt_addr)
-        .await
-        .map_err(|source| ServeError::Bind {
-            what: "MQTT",
-            addr: mqtt_addr,
-            source,
-        })?;
-    let http = TcpListener::bind(http_addr)
-        .await
-        .map_err(|source| ServeError::Bind {
-            what: "HTTP",
-            addr: http_addr,
-            source,
-        })?;
+    let mqtt = listen(mqtt_addr).map_err(|source| ServeError::Bind {
+        what: "MQTT",
+        addr: mqtt_addr,
+        source,
+    })?;
+    let http = listen(http_addr).map_err(|source| ServeError::Bind {
+        what: "HTTP",
+        addr: http_addr,
+        source,
+    })?;
     tracing::info!(data_dir = %data_dir.display(), "stores open");
     println!("Fleetwire {} is running", env!("CARGO_PKG_VERSION"));
     println!("  MQTT  mqtt://{mqtt_addr}");

@@ -30,6 +30,9 @@ const TOPIC: &str = "v1/devices/me/telemetry";
 const PACKET_BYTES_MAX: usize = 64 * 1024;
 /// Pause before a device whose connection was lost connects again.
 const RECONNECT_DELAY: Duration = Duration::from_secs(1);
+/// Failed connects logged at warn (with the error kind) per process; the rest at debug. A storm
+/// that fails one connect in thousands must say why, and a server that is down must not flood.
+const WARN_FAILURES: u64 = 10;
 
 /// Runs every device of the slice; outcomes in slot order.
 pub(super) async fn run_devices(shared: &Arc<Shared>) -> Vec<DeviceOutcome> {
@@ -161,13 +164,20 @@ impl Device {
                 None
             }
             Ok(Err(e)) => {
-                tracing::debug!(device = %self.name, error = %e, "connect failed");
-                self.shared.connect_failures.fetch_add(1, Ordering::Relaxed);
+                let kind = e.kind();
+                if self.shared.connect_failures.fetch_add(1, Ordering::Relaxed) < WARN_FAILURES {
+                    tracing::warn!(device = %self.name, error = %e, ?kind, "connect failed");
+                } else {
+                    tracing::debug!(device = %self.name, error = %e, ?kind, "connect failed");
+                }
                 None
             }
             Err(_) => {
-                tracing::debug!(device = %self.name, "CONNACK timed out");
-                self.shared.connect_failures.fetch_add(1, Ordering::Relaxed);
+                if self.shared.connect_failures.fetch_add(1, Ordering::Relaxed) < WARN_FAILURES {
+                    tracing::warn!(device = %self.name, timeout = ?RESPONSE_TIMEOUT, "no CONNACK");
+                } else {
+                    tracing::debug!(device = %self.name, "no CONNACK");
+                }
                 None
             }
         }
