@@ -28,7 +28,9 @@
 //! - **Checkpoints** ([`Log::checkpoint`]) record, atomically and durably, how far a partition has
 //!   been persisted downstream; segments entirely below the checkpoint are deleted.
 //! - **Recovery** (`recovery.rs`) runs on open: the last segment's torn or garbage tail is
-//!   truncated with a warning; damage to older segments is [`LogError::Corrupt`].
+//!   truncated with a warning, a tail of zeros (the writer preallocates ahead of its frames with
+//!   `Durability::Fsync`) is kept to be overwritten; damage to older segments is
+//!   [`LogError::Corrupt`].
 //!
 //! # Architecture invariant
 //!

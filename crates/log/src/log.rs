@@ -68,10 +68,12 @@ impl Log {
             std::fs::create_dir_all(&partition_dir).map_err(|e| LogError::io(&partition_dir, e))?;
             let recovered = recover_partition(index, &partition_dir)?;
             let end = recovered.active.end_offset();
+            let zeros_ahead = recovered.active.file_bytes() - recovered.active.len_bytes();
             partitions.push(PartitionState::new(
                 partition_dir,
                 recovered.segments,
                 end,
+                zeros_ahead,
                 recovered.checkpoint,
             ));
             actives.push(recovered.active);

@@ -16,6 +16,9 @@ pub(crate) struct PartitionState {
     pub segments: RwLock<Vec<u64>>,
     /// End offset of what the writer has handed to the OS (not necessarily synced).
     pub written_end: AtomicU64,
+    /// Zeros the active segment holds written ahead of `written_end` (see
+    /// `ActiveSegment::preallocate`), so that `disk_bytes` is the files' real size.
+    pub zeros_ahead: AtomicU64,
     /// End offset of what is durable: readers stop here. Mirrors `durable_end_lock` so the read
     /// path checks an atomic, while waiters use the mutex with the condvar.
     durable_end: AtomicU64,
@@ -26,7 +29,13 @@ pub(crate) struct PartitionState {
 }
 
 impl PartitionState {
-    pub fn new(dir: PathBuf, segments: Vec<u64>, end: u64, checkpoint: u64) -> Self {
+    pub fn new(
+        dir: PathBuf,
+        segments: Vec<u64>,
+        end: u64,
+        zeros_ahead: u64,
+        checkpoint: u64,
+    ) -> Self {
         assert!(
             !segments.is_empty(),
             "a partition always has an active segment"
@@ -35,6 +44,7 @@ impl PartitionState {
             dir,
             segments: RwLock::new(segments),
             written_end: AtomicU64::new(end),
+            zeros_ahead: AtomicU64::new(zeros_ahead),
             durable_end: AtomicU64::new(end),
             durable_end_lock: Mutex::new(end),
             durable_end_changed: Condvar::new(),
@@ -88,10 +98,12 @@ impl PartitionState {
     }
 
     /// Bytes of segment files: headers plus frames from the oldest retained offset to what was
-    /// written.
+    /// written, plus the active segment's preallocated zeros.
     pub fn disk_bytes(&self) -> u64 {
         let segments = self.segments.read();
         let written = self.written_end.load(Ordering::Acquire);
-        written - segments[0] + segments.len() as u64 * crate::segment::SEGMENT_HEADER_BYTES
+        written - segments[0]
+            + segments.len() as u64 * crate::segment::SEGMENT_HEADER_BYTES
+            + self.zeros_ahead.load(Ordering::Acquire)
     }
 }

@@ -156,26 +156,53 @@ fn recover_last_segment(partition: u32, dir: &Path, base: u64) -> Result<ActiveS
 
     let (valid_bytes, tail_reason) =
         scan_frames(&file, file_bytes).map_err(|e| LogError::io(&path, e))?;
+    let mut kept_bytes = valid_bytes;
     if let Some(reason) = tail_reason {
         let offset = base + valid_bytes - SEGMENT_HEADER_BYTES;
-        tracing::warn!(
-            partition,
-            segment = %path.display(),
-            offset,
-            dropped_bytes = file_bytes - valid_bytes,
-            reason = %reason,
-            "truncating ingest log tail"
-        );
-        file.set_len(valid_bytes)
-            .map_err(|e| LogError::io(&path, e))?;
+        let dropped_bytes = file_bytes - valid_bytes;
+        if is_all_zeros(&file, valid_bytes, file_bytes).map_err(|e| LogError::io(&path, e))? {
+            // Preallocated (or left zeroed by a crash): zeros read as the end of the log wherever
+            // they are, so they stay, and appends overwrite them.
+            tracing::debug!(partition, segment = %path.display(), offset, zero_bytes = dropped_bytes, "log ends at zeros");
+            kept_bytes = file_bytes;
+        } else {
+            tracing::warn!(
+                partition,
+                segment = %path.display(),
+                offset,
+                dropped_bytes,
+                reason = %reason,
+                "truncating ingest log tail"
+            );
+            file.set_len(valid_bytes)
+                .map_err(|e| LogError::io(&path, e))?;
+        }
     }
     // Records written by the previous process may still sit only in the page cache; sync them
     // now so that everything a reader sees after open is durable, as it is during normal running.
     file.sync_data().map_err(|e| LogError::io(&path, e))?;
     sync_dir(dir).map_err(|e| LogError::io(dir, e))?;
     drop(file);
-    ActiveSegment::open_validated(path.clone(), base, valid_bytes)
+    ActiveSegment::open_validated(path.clone(), base, valid_bytes, kept_bytes)
         .map_err(|e| LogError::io(&path, e))
+}
+
+/// Whether the file holds only zero bytes from `from` to `to`.
+fn is_all_zeros(file: &File, from: u64, to: u64) -> std::io::Result<bool> {
+    let mut buf = vec![0u8; SCAN_CHUNK_BYTES];
+    let mut position = from;
+    while position < to {
+        let want = (to - position).min(SCAN_CHUNK_BYTES as u64) as usize;
+        let read = read_up_to(file, &mut buf[..want], position)?;
+        if read == 0 {
+            return Ok(true);
+        }
+        if buf[..read].iter().any(|&b| b != 0) {
+            return Ok(false);
+        }
+        position += read as u64;
+    }
+    Ok(true)
 }
 
 /// Walks the frames after the header. Returns the file length up to the last valid frame and,

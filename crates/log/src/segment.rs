@@ -81,14 +81,24 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Zeros written ahead of the frames at a time when preallocating (see `ActiveSegment::preallocate`).
+pub const PREALLOCATE_CHUNK_BYTES: u64 = 1 << 20;
+
+/// A block of zeros to write preallocation from.
+static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
+
 /// The segment the writer appends to. Owned by the writer thread (and by recovery before it).
 #[derive(Debug)]
 pub struct ActiveSegment {
     pub base: u64,
     pub path: PathBuf,
     file: Arc<File>,
-    /// Bytes in the file, header included: where the next frame goes.
+    /// Bytes of records in the file, header included: where the next frame goes.
     len_bytes: u64,
+    /// The file's length: `len_bytes` plus the zeros written ahead of it, if any.
+    file_bytes: u64,
+    /// Zeros to write ahead of the frames at a time; 0 to let the file grow with each append.
+    preallocate_bytes: u64,
 }
 
 impl ActiveSegment {
@@ -109,19 +119,51 @@ impl ActiveSegment {
             path,
             file: Arc::new(file),
             len_bytes: SEGMENT_HEADER_BYTES,
+            file_bytes: SEGMENT_HEADER_BYTES,
+            preallocate_bytes: 0,
         })
     }
 
-    /// Opens an existing segment whose first `len_bytes` bytes recovery has validated; anything
-    /// after them must already have been truncated.
-    pub fn open_validated(path: PathBuf, base: u64, len_bytes: u64) -> io::Result<Self> {
+    /// Opens an existing segment whose first `len_bytes` bytes recovery has validated. The rest of
+    /// the file, up to `file_bytes`, must be zeros (a preallocated tail): anything else must already
+    /// have been truncated.
+    pub fn open_validated(
+        path: PathBuf,
+        base: u64,
+        len_bytes: u64,
+        file_bytes: u64,
+    ) -> io::Result<Self> {
         let file = OpenOptions::new().read(true).write(true).open(&path)?;
         Ok(Self {
             base,
             path,
             file: Arc::new(file),
             len_bytes,
+            file_bytes: file_bytes.max(len_bytes),
+            preallocate_bytes: 0,
         })
+    }
+
+    /// Keeps `chunk` bytes of zeros written ahead of the frames from the next append on.
+    ///
+    /// Why: `fdatasync` on a file that grew must also write its new size and blocks: the inode,
+    /// or a journal commit on an ext4 that has a journal, a second synchronous write after the
+    /// data. Frames that overwrite zeros already on disk need only their own data written, so all
+    /// but one sync per `chunk` skip it. On this project's test box (ext4 without a journal,
+    /// virtio disk) a Python loop of 5 KB appends, each synced, took 0.25 ms per `fdatasync` into a
+    /// growing file and 0.11-0.12 ms with 1 MiB chunks, the extending sync 0.7 ms; in the server at
+    /// 50k msg/s the mean went from 0.31-0.40 to 0.26 ms and the log writer's CPU fell by a fifth.
+    /// `fallocate` does not help: ext4 marks its blocks unwritten, and writing them is again a
+    /// metadata change. The zeros cost a second write of every byte, which only pays when every
+    /// commit is synced, so the log preallocates only with `Durability::Fsync`. Recovery reads the
+    /// zeros as the end of the log and keeps them; a roll cuts them off the sealed segment.
+    pub fn preallocate(&mut self, chunk: u64) {
+        self.preallocate_bytes = chunk;
+    }
+
+    /// The segment's length on disk, zeros written ahead included.
+    pub fn file_bytes(&self) -> u64 {
+        self.file_bytes
     }
 
     /// Offset the next record appended here will get.
@@ -141,16 +183,42 @@ impl ActiveSegment {
 
     /// Writes whole frames at the end of the segment. Positioned writes keep the file's length
     /// the single source of truth: no seek cursor to get out of step after an error.
+    ///
+    /// When preallocating and the frames reach into the last quarter of the zeros (or past them),
+    /// writes the next chunk of zeros after them, so the sync that follows commits the file's new
+    /// size once for many later commits.
     pub fn append(&mut self, frames: &[u8]) -> io::Result<()> {
         self.file.write_all_at(frames, self.len_bytes)?;
         self.len_bytes += frames.len() as u64;
+        self.file_bytes = self.file_bytes.max(self.len_bytes);
+        let chunk = self.preallocate_bytes;
+        if chunk > 0 && self.len_bytes + chunk / 4 > self.file_bytes {
+            // Best effort: the frames are in, and a failure (no space) leaves at most some zeros
+            // past `file_bytes`, which read as the end of the log like any other zeros.
+            if let Err(e) = self.write_zeros_to(self.len_bytes + chunk) {
+                tracing::debug!(segment = %self.path.display(), error = %e, "cannot preallocate");
+            }
+        }
         Ok(())
     }
 
-    /// Cuts the file back to its last whole frame after a failed `append` that may have written part
-    /// of its bytes.
-    pub fn truncate_to_len(&self) -> io::Result<()> {
-        self.file.set_len(self.len_bytes)
+    /// Writes zeros from the file's end up to `end`.
+    fn write_zeros_to(&mut self, end: u64) -> io::Result<()> {
+        while self.file_bytes < end {
+            let n = (end - self.file_bytes).min(ZEROS.len() as u64) as usize;
+            self.file.write_all_at(&ZEROS[..n], self.file_bytes)?;
+            self.file_bytes += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Cuts the file back to its last whole frame: after a failed `append` that may have written
+    /// part of its bytes, and before sealing the segment (a sealed segment's length says where the
+    /// next one starts, so it carries no zeros).
+    pub fn truncate_to_len(&mut self) -> io::Result<()> {
+        self.file.set_len(self.len_bytes)?;
+        self.file_bytes = self.len_bytes;
+        Ok(())
     }
 
     /// The file, for a sync on another thread.

@@ -28,7 +28,7 @@ use crate::config::{Durability, LogConfig};
 use crate::error::{LogError, Result};
 use crate::frame::{self, FRAME_HEADER_BYTES};
 use crate::partition::PartitionState;
-use crate::segment::ActiveSegment;
+use crate::segment::{ActiveSegment, PREALLOCATE_CHUNK_BYTES};
 use crate::stats::{CommitCounters, LogStats};
 use crate::sync_pool::SyncPool;
 
@@ -379,6 +379,14 @@ impl Shared {
     }
 }
 
+/// Zeros each active segment keeps written ahead of its frames (see `ActiveSegment::preallocate`).
+fn preallocate_bytes(config: &LogConfig) -> u64 {
+    match config.durability {
+        Durability::Fsync => PREALLOCATE_CHUNK_BYTES.min(config.segment_bytes_max),
+        Durability::Os => 0,
+    }
+}
+
 /// The writer thread. A panic in it (a broken invariant) poisons the log, so that appenders and
 /// waiters get an error instead of waiting for a commit that will never come.
 pub(crate) fn run(shared: Arc<Shared>, actives: Vec<ActiveSegment>) {
@@ -389,6 +397,9 @@ pub(crate) fn run(shared: Arc<Shared>, actives: Vec<ActiveSegment>) {
 
 /// The writer loop. `actives[p]` is partition p's active segment.
 fn run_loop(shared: &Shared, mut actives: Vec<ActiveSegment>) {
+    for active in &mut actives {
+        active.preallocate(preallocate_bytes(&shared.config));
+    }
     let delay = Duration::from_micros(shared.config.group_commit_max_delay_us);
     let mut batch: Vec<Vec<u8>> = (0..actives.len()).map(|_| Vec::new()).collect();
     // Bytes of each partition's part of the batch already in its segment: a commit that ran out of
@@ -580,9 +591,14 @@ fn commit(
             continue;
         }
         let result = write_partition(shared, &mut actives[p], p, frames, &mut written[p]);
-        shared.partitions[p]
+        let state = &shared.partitions[p];
+        let active = &actives[p];
+        state
+            .zeros_ahead
+            .store(active.file_bytes() - active.len_bytes(), Ordering::Release);
+        state
             .written_end
-            .store(actives[p].end_offset(), Ordering::Release);
+            .store(active.end_offset(), Ordering::Release);
         fsyncs += result?;
     }
     if shared.config.durability == Durability::Fsync {
@@ -699,7 +715,7 @@ fn write_partition(
 
 /// After a write that ran out of space, cuts whatever part of it reached the file, so the segment
 /// ends at its last whole frame again. If even that fails the log cannot go on.
-fn torn_no_space(active: &ActiveSegment, e: &io::Error) -> CommitError {
+fn torn_no_space(active: &mut ActiveSegment, e: &io::Error) -> CommitError {
     match active.truncate_to_len() {
         Ok(()) => CommitError::io(format_args!("write {}", active.path.display()), e),
         Err(cut) => CommitError::Fatal(format!(
@@ -714,6 +730,14 @@ fn torn_no_space(active: &ActiveSegment, e: &io::Error) -> CommitError {
 /// but the last being complete (one extra fsync per segment). If the new segment cannot be
 /// created for lack of space, whatever was created of it is removed and the old one stays active.
 fn roll(shared: &Shared, active: &mut ActiveSegment, p: usize) -> Result<u64, CommitError> {
+    if active.file_bytes() > active.len_bytes() {
+        active.truncate_to_len().map_err(|e| {
+            CommitError::Fatal(format!(
+                "cut preallocated zeros off {} before roll: {e}",
+                active.path.display()
+            ))
+        })?;
+    }
     active.sync().map_err(|e| {
         CommitError::Fatal(format!(
             "fdatasync {} before roll: {e}",
@@ -755,6 +779,7 @@ fn roll(shared: &Shared, active: &mut ActiveSegment, p: usize) -> Result<u64, Co
         }
     };
     *active = next;
+    active.preallocate(preallocate_bytes(&shared.config));
     partition.segments.write().push(base);
     tracing::debug!(partition = p, base, "rolled ingest log segment");
     Ok(1)

@@ -108,10 +108,85 @@ fn garbage_after_the_last_frame_is_truncated() {
         }));
         assert_recovers_to(&damaged, n, &format!("{garbage_bytes} random bytes"));
     }
-    // What a filesystem can leave after a crash: the size grew but the data is zeros.
-    let mut zeros = segment.clone();
-    zeros.resize(segment.len() + 4096, 0);
-    assert_recovers_to(&zeros, n, "zero-filled tail");
+}
+
+/// Zeros after the last frame: what the writer preallocates, and what a filesystem can leave after
+/// a crash (the size grew but the data did not reach the disk). They end the log but stay in the
+/// file, and appends overwrite them.
+#[test]
+fn a_zero_tail_ends_the_log_and_is_overwritten() {
+    let segment = fixture_segment();
+    let records = payloads();
+    for zero_bytes in [1usize, 7, 8, 9, 4096, 3 << 20] {
+        let what = format!("{zero_bytes} zeros");
+        let mut zeros = segment.clone();
+        zeros.resize(segment.len() + zero_bytes, 0);
+        let (dir, path) = log_dir_with(&zeros);
+        let log = Log::open(config(dir.path())).unwrap();
+        assert_eq!(read_all(&log), records, "{what}");
+        let end = (segment.len() as u64) - SEGMENT_HEADER_BYTES;
+        assert_eq!(log.end_offset(0).unwrap(), end, "{what}");
+        assert_eq!(log.disk_bytes(), zeros.len() as u64, "{what}");
+        let seq = log.append(0, b"over the zeros").unwrap();
+        log.wait_durable(seq, TIMEOUT).unwrap();
+        log.close().unwrap();
+        let on_disk = std::fs::read(&path).unwrap();
+        assert_eq!(on_disk.len(), zeros.len().max(segment.len() + 22), "{what}");
+        let log = Log::open(config(dir.path())).unwrap();
+        let mut want = records.clone();
+        want.push(b"over the zeros".to_vec());
+        assert_eq!(read_all(&log), want, "{what}: after append and reopen");
+    }
+}
+
+/// With `Durability::Fsync` the active segment keeps zeros written ahead of its frames; a roll cuts
+/// them off, so every sealed segment ends exactly where the next begins, and a reopen finds every
+/// record and none after them (a kill -9 with preallocation is `crash.rs`).
+#[test]
+fn preallocated_segments_roll_trimmed_and_reopen_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = LogConfig::new(dir.path());
+    config.partition_count = 1;
+    config.segment_bytes_max = 4096;
+    let p0 = dir.path().join("p0");
+    let record = |i: u32| i.to_le_bytes().repeat(25);
+    {
+        let log = Log::open(config.clone()).unwrap();
+        let mut seq = 0;
+        for i in 0..100 {
+            seq = log.append(0, &record(i)).unwrap();
+            if i % 7 == 0 {
+                log.wait_durable(seq, TIMEOUT).unwrap();
+            }
+        }
+        log.wait_durable(seq, TIMEOUT).unwrap();
+        let segments = list_segments(&p0).unwrap();
+        assert!(segments.len() >= 3, "{segments:?}");
+        for pair in segments.windows(2) {
+            let len = std::fs::metadata(segment_path(&p0, pair[0])).unwrap().len();
+            assert_eq!(len, pair[1] - pair[0] + SEGMENT_HEADER_BYTES);
+        }
+        let last = *segments.last().unwrap();
+        let active_len = std::fs::metadata(segment_path(&p0, last)).unwrap().len();
+        let end = log.end_offset(0).unwrap();
+        assert!(
+            active_len > end - last + SEGMENT_HEADER_BYTES,
+            "the active segment holds zeros ahead: {active_len} bytes for {} of records",
+            end - last
+        );
+        log.close().unwrap();
+        let zeros_left = std::fs::metadata(segment_path(&p0, last)).unwrap().len();
+        assert_eq!(zeros_left, active_len, "close keeps the zeros");
+    }
+    let reopened = Log::open(config).unwrap();
+    let mut reader = reopened.reader(0, 0).unwrap();
+    for i in 0..100 {
+        let got = reader.next_record().unwrap().expect("record missing");
+        assert_eq!(got.payload, &record(i)[..]);
+    }
+    assert!(reader.next_record().unwrap().is_none());
+    drop(reader);
+    reopened.close().unwrap();
 }
 
 #[test]
