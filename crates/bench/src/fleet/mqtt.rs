@@ -164,22 +164,22 @@ impl Device {
                 None
             }
             Ok(Err(e)) => {
-                let kind = e.kind();
-                if self.shared.connect_failures.fetch_add(1, Ordering::Relaxed) < WARN_FAILURES {
-                    tracing::warn!(device = %self.name, error = %e, ?kind, "connect failed");
-                } else {
-                    tracing::debug!(device = %self.name, error = %e, ?kind, "connect failed");
-                }
+                self.connect_failed(format_args!("{e} ({:?})", e.kind()));
                 None
             }
             Err(_) => {
-                if self.shared.connect_failures.fetch_add(1, Ordering::Relaxed) < WARN_FAILURES {
-                    tracing::warn!(device = %self.name, timeout = ?RESPONSE_TIMEOUT, "no CONNACK");
-                } else {
-                    tracing::debug!(device = %self.name, "no CONNACK");
-                }
+                self.connect_failed(format_args!("no CONNACK within {RESPONSE_TIMEOUT:?}"));
                 None
             }
+        }
+    }
+
+    /// Counts a failed connect; the first `WARN_FAILURES` of the process are logged at warn.
+    fn connect_failed(&self, why: std::fmt::Arguments<'_>) {
+        if self.shared.connect_failures.fetch_add(1, Ordering::Relaxed) < WARN_FAILURES {
+            tracing::warn!(device = %self.name, "connect failed: {why}");
+        } else {
+            tracing::debug!(device = %self.name, "connect failed: {why}");
         }
     }
 
