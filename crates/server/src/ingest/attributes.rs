@@ -238,13 +238,17 @@ impl AttributeStore {
     }
 
     /// Writes rows of `scope` straight to the database in one transaction (for state kept outside this
-    /// store: device activity).
+    /// store: device activity). With `sync` the transaction is durable when this returns (synchronous=FULL);
+    /// without it the commit is not fsynced (synchronous=NORMAL: it survives a crash of the process, and
+    /// the next synced commit or WAL checkpoint makes it durable), so that a writer of many batches can
+    /// sync only its last one.
     pub fn write_rows(
         &self,
         scope: AttributeScope,
         rows: &[(u128, &str, i64, Value)],
+        sync: bool,
     ) -> Result<(), AttributeError> {
-        let batch: Vec<Change> = rows
+        let mut batch: Vec<Change> = rows
             .iter()
             .map(|(entity, key, ts, value)| {
                 (
@@ -255,7 +259,16 @@ impl AttributeStore {
                 )
             })
             .collect();
-        write_batch(&mut self.db.lock(), &batch)
+        let mut db = self.db.lock();
+        if sync {
+            return write_batch(&mut db, &mut batch);
+        }
+        db.pragma_update(None, "synchronous", "NORMAL")?;
+        let written = write_batch(&mut db, &mut batch);
+        // Whatever happened, the connection goes back to durable commits for everyone else.
+        let restored = db.pragma_update(None, "synchronous", "FULL");
+        written?;
+        restored.map_err(AttributeError::from)
     }
 
     /// Writes every changed attribute in one transaction (synchronous=FULL: durable when it returns).
@@ -266,7 +279,7 @@ impl AttributeStore {
     /// that are not yet committed. Lock order: `db`, then `state`.
     pub fn persist(&self) -> Result<(), AttributeError> {
         let mut db = self.db.lock();
-        let batch: Vec<Change> = {
+        let mut batch: Vec<Change> = {
             let mut state = self.state.lock();
             if state.dirty.is_empty() {
                 return Ok(());
@@ -285,7 +298,7 @@ impl AttributeStore {
                 })
                 .collect()
         };
-        let result = write_batch(&mut db, &batch);
+        let result = write_batch(&mut db, &mut batch);
         if result.is_err() {
             // Put the keys back so the next checkpoint retries; the log still holds the records.
             let mut state = self.state.lock();
@@ -314,7 +327,13 @@ fn row_value(
     })
 }
 
-fn write_batch(db: &mut Connection, batch: &[Change]) -> Result<(), AttributeError> {
+/// Writes `batch` in one transaction, sorted first in the table's key order (entity bytes, scope, key):
+/// rows in a random order touch a random leaf page each, and with the small page cache the pages are read,
+/// spilled to the WAL and written again; in key order each page is read and written once.
+fn write_batch(db: &mut Connection, batch: &mut [Change]) -> Result<(), AttributeError> {
+    batch.sort_unstable_by(|a, b| {
+        (a.0, scope_code(a.1), a.2.as_str()).cmp(&(b.0, scope_code(b.1), b.2.as_str()))
+    });
     let tx = db.transaction()?;
     {
         let mut stmt = tx.prepare_cached(
@@ -323,7 +342,7 @@ fn write_batch(db: &mut Connection, batch: &[Change]) -> Result<(), AttributeErr
         let mut delete = tx.prepare_cached(
             "DELETE FROM attribute WHERE entity = ?1 AND scope = ?2 AND key = ?3",
         )?;
-        for (entity, scope, key, current) in batch {
+        for (entity, scope, key, current) in batch.iter() {
             let entity = entity.to_be_bytes();
             let scope = scope_code(*scope);
             let Some((ts, value)) = current else {
@@ -433,6 +452,7 @@ mod tests {
                 .write_rows(
                     AttributeScope::Server,
                     &[(9, "active", 3, Value::Bool(true))],
+                    true,
                 )
                 .unwrap();
             store.delete(9, AttributeScope::Server, &["active".into()]);
