@@ -329,9 +329,10 @@ fn row_value(
 
 /// Writes `batch` in one transaction, sorted first in the table's key order (entity bytes, scope, key):
 /// rows in a random order touch a random leaf page each, and with the small page cache the pages are read,
-/// spilled to the WAL and written again; in key order each page is read and written once.
+/// spilled to the WAL and written again; in key order each page is read and written once. The sort is
+/// stable, so of two changes to one row the later still wins.
 fn write_batch(db: &mut Connection, batch: &mut [Change]) -> Result<(), AttributeError> {
-    batch.sort_unstable_by(|a, b| {
+    batch.sort_by(|a, b| {
         (a.0, scope_code(a.1), a.2.as_str()).cmp(&(b.0, scope_code(b.1), b.2.as_str()))
     });
     let tx = db.transaction()?;
