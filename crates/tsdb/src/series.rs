@@ -6,7 +6,7 @@
 //! fjall's journal is one ordered log for all keyspaces, so a chunk can never be durable while
 //! the mapping naming its series is not.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use compact_str::CompactString;
 use fleetwire_model::Value;
@@ -73,8 +73,98 @@ impl SeriesState {
     }
 }
 
-/// The series of one entity, in key order (`keys()` returns them in this order).
-pub(crate) type EntitySeries = BTreeMap<CompactString, SeriesState>;
+/// The series of one entity, in key order (`keys()` returns them in this order): one sorted vector
+/// of (key, state).
+///
+/// Every record a processor applies looks its series up here, and they are cold by then (a processor
+/// goes round the devices). A `BTreeMap` leaf allocated room for 11 (key, state) pairs (2.2 KB for a
+/// device with 3 keys), kept its keys apart from their states and its length at the node's far end, so
+/// a lookup began with a miss on the length before it could read a key. Here the length sits in the
+/// entity map's slot and each key is on the line its state starts on. Lookups scan a short vector and
+/// binary-search a long one; inserting shifts the entries after it, which only a new series does.
+#[derive(Debug, Default)]
+pub(crate) struct EntitySeries {
+    entries: Vec<(CompactString, SeriesState)>,
+}
+
+/// Up to this many keys a lookup compares them in turn (a length compare rejects most at once);
+/// above it, it binary-searches.
+const LINEAR_MAX: usize = 8;
+
+impl EntitySeries {
+    /// The index of `key`, or where it would be inserted.
+    fn find(&self, key: &str) -> Result<usize, usize> {
+        if self.entries.len() <= LINEAR_MAX {
+            if let Some(i) = self.entries.iter().position(|(k, _)| k.as_str() == key) {
+                return Ok(i);
+            }
+            return Err(self.entries.partition_point(|(k, _)| k.as_str() < key));
+        }
+        self.entries.binary_search_by(|(k, _)| k.as_str().cmp(key))
+    }
+
+    pub(crate) fn get(&self, key: &str) -> Option<&SeriesState> {
+        let i = self.find(key).ok()?;
+        Some(&self.entries[i].1)
+    }
+
+    pub(crate) fn get_mut(&mut self, key: &str) -> Option<&mut SeriesState> {
+        let i = self.find(key).ok()?;
+        Some(&mut self.entries[i].1)
+    }
+
+    pub(crate) fn contains_key(&self, key: &str) -> bool {
+        self.find(key).is_ok()
+    }
+
+    /// Sets the state of `key` (replacing one already there) and returns it.
+    pub(crate) fn insert(&mut self, key: &str, state: SeriesState) -> &mut SeriesState {
+        let i = match self.find(key) {
+            Ok(i) => {
+                self.entries[i].1 = state;
+                i
+            }
+            Err(i) => {
+                self.entries.insert(i, (key.into(), state));
+                i
+            }
+        };
+        &mut self.entries[i].1
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// (key, state) in key order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&CompactString, &SeriesState)> {
+        self.entries.iter().map(|(k, s)| (k, s))
+    }
+
+    /// (key, state) in key order.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&CompactString, &mut SeriesState)> {
+        self.entries.iter_mut().map(|(k, s)| (&*k, s))
+    }
+
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &CompactString> {
+        self.entries.iter().map(|(k, _)| k)
+    }
+
+    pub(crate) fn values(&self) -> impl Iterator<Item = &SeriesState> {
+        self.entries.iter().map(|(_, s)| s)
+    }
+
+    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut SeriesState> {
+        self.entries.iter_mut().map(|(_, s)| s)
+    }
+
+    /// Asks the CPU to start loading every entry (keys and states), all at once.
+    pub(crate) fn prefetch(&self) {
+        for entry in &self.entries {
+            fleetwire_model::hint::prefetch_object(entry);
+        }
+    }
+}
 
 /// One lock's worth of entities. Entity ids are server-made UUIDs, so the map hashes them with
 /// foldhash instead of SipHash: the lookup runs for every record a processor applies.
@@ -142,6 +232,39 @@ mod tests {
         assert_eq!(decoded, (SeriesId(9), entity, "batteryLevel".to_owned()));
         assert!(decode_record(&[1, 2], &value).is_err());
         assert!(decode_record(&SeriesId(9).to_key(), &value[..10]).is_err());
+    }
+
+    #[test]
+    fn entity_series_keep_key_order_short_and_long() {
+        // Short (scanned) and long (binary-searched) alike: inserted in any order, found by key,
+        // listed in byte order, and an insert of a present key replaces its state.
+        for n in [3usize, LINEAR_MAX, LINEAR_MAX + 1, 40] {
+            let mut keys: Vec<String> = (0..n).map(|i| format!("k{:02}", (i * 7) % n)).collect();
+            let mut series = EntitySeries::default();
+            for (i, key) in keys.iter().enumerate() {
+                series.insert(key, SeriesState::new(SeriesId(i as u64)));
+            }
+            assert_eq!(series.len(), n);
+            for (i, key) in keys.iter().enumerate() {
+                assert_eq!(
+                    series.get(key).map(|s| s.id),
+                    Some(SeriesId(i as u64)),
+                    "{key} of {n}"
+                );
+                assert!(series.contains_key(key));
+            }
+            assert!(
+                series.get("k").is_none() && series.get("zz").is_none() && series.get("").is_none()
+            );
+            keys.sort();
+            let listed: Vec<&str> = series.keys().map(|k| k.as_str()).collect();
+            assert_eq!(listed, keys, "{n} keys in byte order");
+            series.insert(&keys[0], SeriesState::new(SeriesId(99)));
+            assert_eq!(series.len(), n);
+            assert_eq!(series.get_mut(&keys[0]).map(|s| s.id), Some(SeriesId(99)));
+            assert_eq!(series.values().count(), n);
+            assert_eq!(series.iter_mut().count(), n);
+        }
     }
 
     #[test]

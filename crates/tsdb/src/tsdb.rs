@@ -123,7 +123,7 @@ impl Tsdb {
                 .entities
                 .entry(entity)
                 .or_default()
-                .insert(key.into(), SeriesState::new(id));
+                .insert(&key, SeriesState::new(id));
         }
         self.next_series_id.store(next_id, Ordering::Relaxed);
         for (id, ts, value) in self.store.load_latest()? {
@@ -174,7 +174,7 @@ impl Tsdb {
     ) -> Result<&'a mut SeriesState> {
         let id = SeriesId(self.next_series_id.fetch_add(1, Ordering::Relaxed));
         self.store.insert_series(id, entity, key)?;
-        Ok(keys.entry(key.into()).or_insert(SeriesState::new(id)))
+        Ok(keys.insert(key, SeriesState::new(id)))
     }
 
     /// Writes one point. An equal (series, ts) replaces the value: writes are idempotent, so
@@ -214,12 +214,10 @@ impl Tsdb {
         // One entity lookup for the whole message.
         let keys = shard.entities.entry(entity).or_default();
         // A device's message usually writes every series it has; start loading them together: first
-        // the series states (their addresses are in the node, their fields are not), then their heads'
+        // the (key, state) entries (one vector, whose address is in the entity's slot), then their heads'
         // tails (see `Points::prefetch_tail`), whose addresses are in the states.
         if keys.len() <= PREFETCH_SERIES_MAX {
-            for state in keys.values() {
-                fleetwire_model::hint::prefetch_object(state);
-            }
+            keys.prefetch();
             for state in keys.values() {
                 state.head.points.prefetch_tail();
             }
