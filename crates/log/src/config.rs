@@ -52,12 +52,12 @@ pub struct LogConfig {
     pub queue_bytes_max: usize,
     /// See [`Durability`].
     pub durability: Durability,
-    /// How long the writer waits for more records once it takes up a batch, before committing, to
-    /// gather a bigger one. It takes up a batch at the first record when it was idle, or as the
-    /// previous commit ends when records came in during it (those have already waited through that
-    /// commit).
-    /// 0 commits as soon as the previous commit ends; batches still form while an fsync runs, which
-    /// is usually the better trade.
+    /// The least time between the starts of two group commits: a batch that is ready sooner waits
+    /// out the rest of this window, gathering more records, so the writer commits (and fsyncs) at
+    /// most once per window. The window runs from the previous commit's start, so records that came
+    /// in during a commit wait only for what is left of it, and a record that finds the writer idle
+    /// for longer than the window is committed at once.
+    /// 0 commits as soon as the previous commit ends; batches still form while an fsync runs.
     pub group_commit_max_delay_us: u64,
 }
 

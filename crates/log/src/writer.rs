@@ -409,6 +409,8 @@ fn run_loop(shared: &Shared, mut actives: Vec<ActiveSegment>) {
     // Every sequence number up to the queue's last one has its frame in the queue or in an
     // earlier batch, so a batch holds exactly the records after the previous batch's last seq.
     let mut previous_last_seq = 0;
+    // When the last commit started: the next may start `delay` after it, not before.
+    let mut last_started: Option<Instant> = None;
     loop {
         let (last_seq, oldest_append) = {
             let mut queue = shared.queue.lock();
@@ -423,8 +425,12 @@ fn run_loop(shared: &Shared, mut actives: Vec<ActiveSegment>) {
                 }
                 return;
             }
-            if !delay.is_zero() && !queue.stopping {
-                let deadline = Instant::now() + delay;
+            // The commit window runs from the previous commit's start, not its end: under load the
+            // commits start every `delay` (or back to back while each takes longer), and the records
+            // that came in during a commit do not wait through it and then a whole window more. A
+            // record that finds the writer idle for longer than `delay` is committed at once.
+            let deadline = last_started.map(|at| at + delay);
+            if let Some(deadline) = deadline.filter(|&d| !queue.stopping && d > Instant::now()) {
                 while queue.queued_bytes < shared.config.queue_bytes_max
                     && !queue.space_wanted
                     && !queue.stopping
@@ -452,6 +458,7 @@ fn run_loop(shared: &Shared, mut actives: Vec<ActiveSegment>) {
         };
 
         let started = Instant::now();
+        last_started = Some(started);
         written.fill(0);
         let mut retry_delay = NO_SPACE_RETRY_MIN;
         let fsyncs = loop {

@@ -125,19 +125,32 @@ fn full_queue_blocks_appenders_instead_of_growing() {
 }
 
 #[test]
-fn commit_delay_holds_a_lone_record_back() {
+fn commits_start_at_most_once_per_delay() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = LogConfig::new(dir.path());
-    config.group_commit_max_delay_us = 50_000;
+    config.group_commit_max_delay_us = 1_000_000;
     let log = Log::open(config).unwrap();
+    // A record that finds the writer idle is committed at once: it waits for its fsync, not the window.
     let started = Instant::now();
-    let seq = log.append(0, b"x").unwrap();
-    log.wait_durable(seq, TIMEOUT).unwrap();
+    let first = log.append(0, b"x").unwrap();
+    log.wait_durable(first, TIMEOUT).unwrap();
+    let first_durable = started.elapsed();
+    // The next commit may start only a whole delay after the first one started: this record waits for the
+    // rest of the window, and so do the records appended meanwhile, which share its commit.
+    let second = log.append(0, b"y").unwrap();
+    let third = log.append(1, b"z").unwrap();
+    log.wait_durable(third, TIMEOUT).unwrap();
+    assert!(log.durable_seq() >= second);
     assert!(
-        started.elapsed() >= Duration::from_millis(50),
-        "{:?}",
+        started.elapsed() >= Duration::from_secs(1),
+        "second commit after {:?}",
         started.elapsed()
     );
+    assert!(
+        first_durable < Duration::from_secs(1),
+        "a lone record on an idle log waited {first_durable:?}"
+    );
+    assert_eq!(log.stats().commits, 2);
 }
 
 #[test]

@@ -127,7 +127,7 @@ pub struct LogConfig {
     pub durability: Durability,
     /// Segment size at which a new segment file starts.
     pub segment_bytes_max: u64,
-    /// Longest wait for more records before a group commit.
+    /// The least time between the starts of two group commits (the log's commit window).
     pub group_commit_max_delay_us: u64,
     /// Disk budget of the ingest log: at this many bytes of segments, transports stop reading until the
     /// processors catch up (backpressure). 0: no budget.
