@@ -5,9 +5,9 @@
 //! `Log::wait_for_data` says there is more. Readers own their file handles and buffer, so each
 //! processor thread can hold one without locking against the writer.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::{LogError, Result};
@@ -185,7 +185,7 @@ impl Reader {
             (segments[index - 1], segments.get(index).copied())
         };
         let path = segment_path(&state.dir, base);
-        let file = match File::open(&path) {
+        let file = match open_for_reading(&path) {
             Ok(file) => file,
             // Reclaimed between the lookup and the open: the reader fell below the checkpoint.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -277,6 +277,27 @@ impl std::fmt::Debug for Reader {
     }
 }
 
+/// Opens a segment to read without updating its access time (`O_NOATIME`), falling back to a plain open
+/// where the flag is not allowed (a file the process does not own).
+///
+/// The active segment is read right behind the writer, so with `relatime` nearly every read after a write
+/// would update the access time. On ext4 without a journal an inode change is written by the next
+/// `fdatasync` of that file, so those reads cost the commits that followed them an extra write request
+/// each (measured on this project's VM: a third of the commits at 50,000 msg/s).
+fn open_for_reading(path: &Path) -> std::io::Result<File> {
+    let noatime = rustix::fs::OFlags::NOATIME.bits() as i32;
+    match OpenOptions::new()
+        .read(true)
+        .custom_flags(noatime)
+        .open(path)
+    {
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::PERM.raw_os_error()) => {
+            File::open(path)
+        }
+        opened => opened,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -323,5 +344,36 @@ mod tests {
         // Dropping is only about the cache: the records are read again, from disk.
         let mut again = log.reader(0, 0).unwrap();
         assert_eq!(read_all(&mut again), 3000);
+    }
+
+    #[test]
+    fn reading_a_segment_leaves_its_access_time_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = LogConfig::new(dir.path());
+        config.partition_count = 1;
+        let log = Log::open(config).unwrap();
+        let first = log.append(0, b"one").unwrap();
+        log.wait_durable(first, Duration::from_secs(10)).unwrap();
+        let mut reader = log.reader(0, 0).unwrap();
+        assert!(reader.next_record().unwrap().is_some());
+        let path = reader.segment.as_ref().unwrap().path.clone();
+
+        // An access time older than the last write: with `relatime` (or `strictatime`) a read would update it.
+        let long_ago = std::time::UNIX_EPOCH + Duration::from_secs(86_400);
+        File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_times(std::fs::FileTimes::new().set_accessed(long_ago))
+            .unwrap();
+        let second = log.append(0, b"two").unwrap();
+        log.wait_durable(second, Duration::from_secs(10)).unwrap();
+        let mut fresh = log.reader(0, 0).unwrap();
+        assert_eq!(fresh.next_record().unwrap().unwrap().payload, b"one");
+        assert_eq!(fresh.next_record().unwrap().unwrap().payload, b"two");
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().accessed().unwrap(),
+            long_ago
+        );
     }
 }
