@@ -19,6 +19,7 @@ pub mod rest;
 pub mod rpc;
 pub mod run;
 pub mod scenario;
+pub mod server_log;
 pub mod stats;
 pub mod verify;
 

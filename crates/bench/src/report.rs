@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::fleet::Counters;
 use crate::scenario::{Rate, Scenario, Transport};
+use crate::server_log::{BucketQuantiles, ServerLog};
 use crate::stats::Latency;
 use crate::verify::{AlarmReport, VerifyReport};
 
@@ -35,6 +36,9 @@ pub struct Report {
     /// The whole machine over the measured window (`/proc/stat`), where it can be read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<HostUsage>,
+    /// Fleetwire's ingest log over the measured window, from its `/metrics` (verified runs only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_log: Option<ServerLog>,
     pub ts_min_ms: Option<i64>,
     pub ts_max_ms: Option<i64>,
     /// One entry per second of the run.
@@ -261,6 +265,15 @@ impl Report {
                 host.steal_percent_avg, host.steal_percent_max, host.idle_percent_avg
             );
         }
+        if let Some(log) = &self.server_log {
+            let _ = writeln!(
+                out,
+                "server log    {:.0} commits/s; fsync {}; oldest record append to durable {}",
+                log.commits_per_s,
+                bucket_quantiles(&log.fsync),
+                bucket_quantiles(&log.durable_wait)
+            );
+        }
         match &self.verification {
             Some(v) => {
                 let _ = writeln!(
@@ -308,6 +321,22 @@ impl Report {
         );
         out
     }
+}
+
+/// "mean 0.21 ms, p50 ≤0.25 ms, p99 ≤1 ms, max ≤5 ms" (bucket bounds; "over 10 s" past the last).
+fn bucket_quantiles(q: &BucketQuantiles) -> String {
+    let bound = |b: Option<f64>| b.map_or("over 10 s".to_string(), |ms| format!("≤{ms} ms"));
+    if q.count == 0 {
+        return "none".into();
+    }
+    format!(
+        "mean {:.2} ms, p50 {}, p99 {}, p99.9 {}, max {}",
+        q.mean_ms,
+        bound(q.p50_le_ms),
+        bound(q.p99_le_ms),
+        bound(q.p999_le_ms),
+        bound(q.max_le_ms)
+    )
 }
 
 /// 1234567.8 → "1,234,568".

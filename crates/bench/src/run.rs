@@ -18,6 +18,7 @@ use crate::report::{
 };
 use crate::rest::Rest;
 use crate::scenario::{Scenario, Transport};
+use crate::server_log::{self, LogSnapshot, ServerLog};
 use crate::stats::{HostSampler, Latency, ProcSampler};
 use crate::verify::{self, Acked};
 
@@ -91,6 +92,9 @@ pub async fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report> {
     let mut go_at: Option<Instant> = None;
     let mut rss_at_go = None;
     let mut results: Vec<SliceResult> = Vec::new();
+    // Fleetwire's own log figures over the measured window (`GET /metrics` at its start and end), when the
+    // server under test is the one whose REST API verifies the run.
+    let mut log_scrapes = LogScrapes::new(scenario.verify.then_some(http_addr));
     let mut print = tokio::time::interval(Duration::from_secs(1));
     print.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     print.tick().await;
@@ -134,9 +138,11 @@ pub async fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report> {
                     .map(|s| s.sample().map(|s| s.cpu_percent))
                     .sum::<Result<f64>>()
                     .ok();
+                let load = go_at.map(|g| g.elapsed());
+                log_scrapes.at(load, scenario);
                 let second = agg.second(
                     run_start.elapsed(),
-                    go_at.map(|g| g.elapsed()),
+                    load,
                     Samples { server, host, generator_cpu },
                 );
                 if options.progress {
@@ -164,6 +170,7 @@ pub async fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report> {
     results.sort_by_key(|r| r.first_slot);
 
     let mut report = agg.finish(scenario, &results, rss_baseline, rss_at_go);
+    report.server_log = log_scrapes.finish().await;
     if scenario.verify && report.totals.acked > 0 {
         if let (Some(start), Some(end)) = (report.ts_min_ms, report.ts_max_ms) {
             let acked: Vec<Acked> = results
@@ -227,6 +234,57 @@ pub async fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report> {
         }
     }
     Ok(report)
+}
+
+/// The two scrapes of the server's log figures, spawned so that the progress loop does not wait for them.
+struct LogScrapes {
+    addr: Option<std::net::SocketAddr>,
+    start: Option<(Instant, tokio::task::JoinHandle<Option<LogSnapshot>>)>,
+    end: Option<(Instant, tokio::task::JoinHandle<Option<LogSnapshot>>)>,
+}
+
+impl LogScrapes {
+    fn new(addr: Option<std::net::SocketAddr>) -> LogScrapes {
+        LogScrapes {
+            addr,
+            start: None,
+            end: None,
+        }
+    }
+
+    /// Called once a second with the time since go: scrapes when the warm-up is over, and when the
+    /// measured window is.
+    fn at(&mut self, load: Option<Duration>, scenario: &Scenario) {
+        let (Some(addr), Some(load)) = (self.addr, load) else {
+            return;
+        };
+        let load_s = load.as_secs_f64();
+        let slot = if self.start.is_none() && load_s >= scenario.warmup_s {
+            &mut self.start
+        } else if self.start.is_some()
+            && self.end.is_none()
+            && load_s >= scenario.warmup_s + scenario.duration_s
+        {
+            &mut self.end
+        } else {
+            return;
+        };
+        *slot = Some((Instant::now(), tokio::spawn(server_log::scrape(addr))));
+    }
+
+    /// Waits for both scrapes; the end one is taken now if the run ended before a progress tick saw the
+    /// window's end.
+    async fn finish(mut self) -> Option<ServerLog> {
+        let addr = self.addr?;
+        let (t0, start) = self.start?;
+        let (t1, end) = self
+            .end
+            .take()
+            .unwrap_or_else(|| (Instant::now(), tokio::spawn(server_log::scrape(addr))));
+        let start = start.await.ok()??;
+        let end = end.await.ok()??;
+        ServerLog::between(&start, &end, t1.duration_since(t0).as_secs_f64())
+    }
 }
 
 /// Creates the profile (with its alarm rule) and the devices, skipping those that exist.
@@ -671,6 +729,7 @@ impl Aggregator {
             server,
             generator,
             host,
+            server_log: None,
             ts_min_ms,
             ts_max_ms,
             timeline: self.report_timeline(),
