@@ -73,6 +73,12 @@ fn a_five_second_run_of_200_devices_stores_every_acknowledged_point() {
     assert!(report["timeline"].as_array().unwrap().len() >= 5);
     // A closed loop sends each message as soon as the window allows: there is no due time to lag.
     assert!(report.get("send_lag").is_none(), "{report}");
+    // The server's own log over the measured window, from its /metrics: it committed, each commit synced.
+    let log = &report["server_log"];
+    assert!(log["commits_per_s"].as_f64().unwrap() > 0.0, "{report}");
+    assert!(log["fsync"]["count"].as_u64().unwrap() > 0, "{log}");
+    assert!(log["durable_wait"]["count"].as_u64().unwrap() > 0, "{log}");
+    assert!(log["durable_wait"]["p99_le_ms"].as_f64().is_some(), "{log}");
 }
 
 #[test]
