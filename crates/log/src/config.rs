@@ -59,6 +59,12 @@ pub struct LogConfig {
     /// for longer than the window is committed at once.
     /// 0 commits as soon as the previous commit ends; batches still form while an fsync runs.
     pub group_commit_max_delay_us: u64,
+    /// The nice value the writer thread gives itself when it starts (on Linux a thread has its own), -20 to
+    /// 19. Below 0, a writer woken on busy cores (its window over, its `fdatasync` returned) gets a core
+    /// sooner, and with it every acknowledgement waiting on the commit. Lowering it needs `CAP_SYS_NICE` or
+    /// an `RLIMIT_NICE` that allows it; without either the writer keeps the process's nice value and says so
+    /// once. 0 leaves it alone.
+    pub writer_nice: i32,
 }
 
 impl LogConfig {
@@ -72,6 +78,7 @@ impl LogConfig {
             queue_bytes_max: 8 * 1024 * 1024,
             durability: Durability::Fsync,
             group_commit_max_delay_us: 0,
+            writer_nice: 0,
         }
     }
 
@@ -84,6 +91,8 @@ impl LogConfig {
             "record_bytes_max must be positive"
         } else if self.queue_bytes_max == 0 {
             "queue_bytes_max must be positive"
+        } else if !(-20..=19).contains(&self.writer_nice) {
+            "writer_nice must be between -20 and 19"
         } else {
             return Ok(());
         };

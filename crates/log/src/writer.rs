@@ -390,8 +390,25 @@ fn preallocate_bytes(config: &LogConfig) -> u64 {
 /// The writer thread. A panic in it (a broken invariant) poisons the log, so that appenders and
 /// waiters get an error instead of waiting for a commit that will never come.
 pub(crate) fn run(shared: Arc<Shared>, actives: Vec<ActiveSegment>) {
+    set_own_nice(shared.config.writer_nice);
     if catch_unwind(AssertUnwindSafe(|| run_loop(&shared, actives))).is_err() {
         shared.poison("ingest log writer thread panicked".to_string());
+    }
+}
+
+/// Gives the calling thread the nice value `nice` (0: leaves it alone). A refusal (no `CAP_SYS_NICE`, an
+/// `RLIMIT_NICE` too low) is not an error: the writer runs at the process's priority and says so once.
+fn set_own_nice(nice: i32) {
+    if nice == 0 {
+        return;
+    }
+    // `None` is the calling thread: on Linux `setpriority(PRIO_PROCESS, 0)` sets the caller's own nice value.
+    if let Err(e) = rustix::process::setpriority_process(None, nice) {
+        tracing::info!(
+            nice,
+            error = %e,
+            "the ingest log's writer keeps the process's priority (lowering a nice value needs CAP_SYS_NICE or RLIMIT_NICE)"
+        );
     }
 }
 

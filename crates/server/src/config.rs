@@ -129,6 +129,9 @@ pub struct LogConfig {
     pub segment_bytes_max: u64,
     /// The least time between the starts of two group commits (the log's commit window).
     pub group_commit_max_delay_us: u64,
+    /// The nice value of the log's writer thread (-20 to 19; 0 leaves it alone): below 0 it gets a core
+    /// sooner on a busy machine, where it needs `CAP_SYS_NICE` or `RLIMIT_NICE` (otherwise it is left alone).
+    pub writer_nice: i8,
     /// Disk budget of the ingest log: at this many bytes of segments, transports stop reading until the
     /// processors catch up (backpressure). 0: no budget.
     pub disk_bytes_max: u64,
@@ -363,6 +366,7 @@ impl Default for LogConfig {
             durability: Durability::Fsync,
             segment_bytes_max: 64 << 20,
             group_commit_max_delay_us: 1000,
+            writer_nice: -10,
             disk_bytes_max: 16 << 30,
             disk_free_min_bytes: 256 << 20,
         }
@@ -520,6 +524,9 @@ impl Config {
         let bad = |m: &str| Err(ConfigError::Invalid(m.to_string()));
         if self.log.partitions == 0 || self.log.partitions > 256 {
             return bad("log.partitions must be between 1 and 256");
+        }
+        if !(-20..=19).contains(&self.log.writer_nice) {
+            return bad("log.writer_nice must be between -20 and 19");
         }
         if self.log.segment_bytes_max < 1 << 20 {
             return bad("log.segment_bytes_max must be at least 1 MiB");
