@@ -169,14 +169,6 @@ fn quantiles(start: &Histogram, end: &Histogram) -> Option<BucketQuantiles> {
             .find(|&&(_, cumulative)| cumulative >= rank)
             .and_then(|&(bound, _)| ms(bound))
     };
-    let max_le_ms = if count == 0 {
-        None
-    } else {
-        delta
-            .iter()
-            .find(|&&(_, cumulative)| cumulative == count)
-            .and_then(|&(bound, _)| ms(bound))
-    };
     Some(BucketQuantiles {
         count,
         mean_ms: if count > 0 {
@@ -187,7 +179,8 @@ fn quantiles(start: &Histogram, end: &Histogram) -> Option<BucketQuantiles> {
         p50_le_ms: quantile(0.50),
         p99_le_ms: quantile(0.99),
         p999_le_ms: quantile(0.999),
-        max_le_ms,
+        // The bucket holding the last observation.
+        max_le_ms: quantile(1.0),
     })
 }
 
