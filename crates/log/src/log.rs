@@ -434,6 +434,57 @@ mod tests {
         assert_eq!(read_all(&log, 0), vec![b"after".to_vec()]);
     }
 
+    /// The listener (the acknowledgements) is told of a commit before the partitions' readers are woken, but
+    /// never before they could read it: a client that reads after its acknowledgement finds its record.
+    #[test]
+    fn a_commit_is_readable_when_the_listener_hears_of_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let cell: Arc<std::sync::OnceLock<std::sync::Weak<Log>>> = Arc::default();
+        let heard = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let (cell_for_listener, heard_by_listener) = (Arc::clone(&cell), Arc::clone(&heard));
+        let log = Arc::new(
+            Log::open_with_listener(
+                config(dir.path()),
+                Box::new(move |seq| {
+                    if let Some(log) = cell_for_listener.get().and_then(std::sync::Weak::upgrade) {
+                        let ends = (log.end_offset(0).unwrap(), log.end_offset(1).unwrap());
+                        heard_by_listener.lock().push((seq, ends));
+                    }
+                }),
+            )
+            .unwrap(),
+        );
+        cell.set(Arc::downgrade(&log)).unwrap();
+        let start = log.end_offset(0).unwrap();
+        // A reader blocked on partition 0 is woken by the commit, after the listener.
+        let reader = {
+            let log = Arc::clone(&log);
+            std::thread::spawn(move || log.wait_for_data(0, start, TIMEOUT).unwrap())
+        };
+        let mut last = 0;
+        for i in 0..20u32 {
+            let payload = format!("record {i}");
+            last = log.append(i % 2, payload.as_bytes()).unwrap();
+            log.wait_durable(last, TIMEOUT).unwrap();
+        }
+        assert!(reader.join().unwrap() > start);
+        // `wait_durable` may return before the listener has run for the last commit.
+        let deadline = Instant::now() + TIMEOUT;
+        while heard.lock().last().map(|h| h.0) != Some(last) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let heard = heard.lock().clone();
+        assert_eq!(heard.last().map(|h| h.0), Some(last));
+        // What the listener heard of last covers every record acknowledged.
+        let (end0, end1) = heard.last().unwrap().1;
+        assert_eq!(end0, log.end_offset(0).unwrap());
+        assert_eq!(end1, log.end_offset(1).unwrap());
+        assert_eq!(read_all(&log, 0).len() + read_all(&log, 1).len(), 20);
+        for window in heard.windows(2) {
+            assert!(window[0].1 .0 <= window[1].1 .0 && window[0].1 .1 <= window[1].1 .1);
+        }
+    }
+
     /// Shared body of the two poisoning tests: the fault hits the second commit.
     fn poisoned_by(fault: Fault) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();

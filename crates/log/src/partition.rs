@@ -62,7 +62,8 @@ impl PartitionState {
         self.segments.read()[0]
     }
 
-    /// Called by the writer after a commit synced this partition up to `end`.
+    /// Called by the writer after a commit synced this partition up to `end`. Readers already past their
+    /// check see it at once; sleeping ones are woken by the [`Partition::wake_all`] that must follow.
     pub fn publish_durable_end(&self, end: u64) {
         let mut guard = self.durable_end_lock.lock();
         assert!(
@@ -72,10 +73,10 @@ impl PartitionState {
         );
         *guard = end;
         self.durable_end.store(end, Ordering::Release);
-        self.durable_end_changed.notify_all();
     }
 
-    /// Wakes waiters without new data (poisoning), so they can notice and return.
+    /// Wakes the readers waiting in [`Partition::wait_for_data`]: after a commit (new data), or without
+    /// new data (poisoning), so they can notice and return.
     pub fn wake_all(&self) {
         let _guard = self.durable_end_lock.lock();
         self.durable_end_changed.notify_all();

@@ -521,7 +521,15 @@ fn run_loop(shared: &Shared, mut actives: Vec<ActiveSegment>) {
         if let Some(oldest) = oldest_append {
             shared.counters.append_wait.record(oldest.elapsed());
         }
+        // The acknowledgements first: the listener wakes the transports waiting for this commit, and only
+        // then are the partitions' readers (the processors, whose work can wait) woken, so that on busy
+        // cores a processor woken by the commit does not take the core ahead of the PUBACKs.
         shared.publish(last_seq);
+        for (p, frames) in batch.iter().enumerate() {
+            if !frames.is_empty() {
+                shared.partitions[p].wake_all();
+            }
+        }
         previous_last_seq = last_seq;
     }
 }
