@@ -118,17 +118,6 @@ pub enum Durability {
     Os,
 }
 
-/// The scheduling policy of the processor threads (Linux `sched(7)`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProcessorPolicy {
-    /// `SCHED_BATCH`: the same share of the CPU, but a processor woken by a commit does not preempt the
-    /// thread on the core; it runs when that thread's turn ends.
-    Batch,
-    /// `SCHED_OTHER`, the default of every thread.
-    Normal,
-}
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
@@ -143,9 +132,6 @@ pub struct LogConfig {
     /// The nice value of the log's writer thread (-20 to 19; 0 leaves it alone): below 0 it gets a core
     /// sooner on a busy machine, where it needs `CAP_SYS_NICE` or `RLIMIT_NICE` (otherwise it is left alone).
     pub writer_nice: i8,
-    /// The scheduling policy of the processors, which apply the log to the stores behind the
-    /// acknowledgements: `batch` lets the transports and the writer go first when a commit wakes them all.
-    pub processor_policy: ProcessorPolicy,
     /// Disk budget of the ingest log: at this many bytes of segments, transports stop reading until the
     /// processors catch up (backpressure). 0: no budget.
     pub disk_bytes_max: u64,
@@ -381,7 +367,6 @@ impl Default for LogConfig {
             segment_bytes_max: 64 << 20,
             group_commit_max_delay_us: 1000,
             writer_nice: -10,
-            processor_policy: ProcessorPolicy::Batch,
             disk_bytes_max: 16 << 30,
             disk_free_min_bytes: 256 << 20,
         }
@@ -614,18 +599,6 @@ mod tests {
         assert_eq!(c.mqtt.port, 1999);
         assert_eq!(c.mqtt.packet_bytes_max, 65536);
         assert_eq!(c.http.port, 8080);
-    }
-
-    #[test]
-    fn processor_policy_is_batch_or_normal() {
-        assert_eq!(
-            Config::default().log.processor_policy,
-            ProcessorPolicy::Batch
-        );
-        let c = parse("[log]\nprocessor_policy = \"normal\"\n", "test").unwrap();
-        assert_eq!(c.log.processor_policy, ProcessorPolicy::Normal);
-        let err = parse("[log]\nprocessor_policy = \"fifo\"\n", "test").unwrap_err();
-        assert!(err.to_string().contains("fifo"), "{err}");
     }
 
     #[test]

@@ -217,13 +217,9 @@ impl Ingest {
                 first_failed: None,
                 scratch: Vec::new(),
             };
-            let policy = config.log.processor_policy;
             let handle = std::thread::Builder::new()
                 .name(format!("processor-{partition}"))
-                .spawn(move || {
-                    processor::set_own_policy(policy);
-                    worker.run()
-                })
+                .spawn(move || worker.run())
                 .map_err(IngestError::Thread)?;
             processors.push(handle);
         }

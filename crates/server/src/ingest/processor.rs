@@ -22,7 +22,6 @@ use super::attributes::AttributeStore;
 use super::events::{Events, Interest, Update};
 use super::now_ms;
 use super::PartitionProgress;
-use crate::config::ProcessorPolicy;
 use fleetwire_rules::Input;
 
 /// How often the processor seals old heads, persists and checkpoints.
@@ -69,24 +68,6 @@ enum Exit {
     /// writes not yet persisted, and records applied while it refused writes were not applied, so the
     /// processor starts over from its checkpoint.
     StoreReopened,
-}
-
-/// Gives the calling thread the scheduling policy `policy`. A refusal is not an error: the processor runs
-/// under the default policy and says so.
-pub(super) fn set_own_policy(policy: ProcessorPolicy) {
-    let (code, name) = match policy {
-        ProcessorPolicy::Normal => return,
-        ProcessorPolicy::Batch => (libc::SCHED_BATCH, "SCHED_BATCH"),
-    };
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: `param` is a valid `sched_param` that outlives the call; on Linux pid 0 is the calling thread.
-    if unsafe { libc::sched_setscheduler(0, code, &param) } != 0 {
-        tracing::info!(
-            policy = name,
-            error = %std::io::Error::last_os_error(),
-            "a processor keeps the default scheduling policy"
-        );
-    }
 }
 
 impl Processor {
