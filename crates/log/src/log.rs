@@ -434,8 +434,9 @@ mod tests {
         assert_eq!(read_all(&log, 0), vec![b"after".to_vec()]);
     }
 
-    /// The listener (the acknowledgements) is told of a commit before the partitions' readers are woken, but
-    /// never before they could read it: a client that reads after its acknowledgement finds its record.
+    /// The writer tells the listener (the acknowledgements) of a commit before it wakes the partitions'
+    /// readers, but never before they could read it: a client that reads after its acknowledgement finds its
+    /// record. And the readers are still woken.
     #[test]
     fn a_commit_is_readable_when_the_listener_hears_of_it() {
         let dir = tempfile::tempdir().unwrap();
@@ -456,7 +457,7 @@ mod tests {
         );
         cell.set(Arc::downgrade(&log)).unwrap();
         let start = log.end_offset(0).unwrap();
-        // A reader blocked on partition 0 is woken by the commit, after the listener.
+        // A reader blocked on partition 0 until a commit brings it data.
         let reader = {
             let log = Arc::clone(&log);
             std::thread::spawn(move || log.wait_for_data(0, start, TIMEOUT).unwrap())

@@ -63,7 +63,7 @@ impl PartitionState {
     }
 
     /// Called by the writer after a commit synced this partition up to `end`. Readers already past their
-    /// check see it at once; sleeping ones are woken by the [`Partition::wake_all`] that must follow.
+    /// check see it at once; sleeping ones are woken by the [`PartitionState::wake_all`] that must follow.
     pub fn publish_durable_end(&self, end: u64) {
         let mut guard = self.durable_end_lock.lock();
         assert!(
@@ -75,7 +75,7 @@ impl PartitionState {
         self.durable_end.store(end, Ordering::Release);
     }
 
-    /// Wakes the readers waiting in [`Partition::wait_for_data`]: after a commit (new data), or without
+    /// Wakes the readers waiting in [`PartitionState::wait_for_data`]: after a commit (new data), or without
     /// new data (poisoning), so they can notice and return.
     pub fn wake_all(&self) {
         let _guard = self.durable_end_lock.lock();
