@@ -2,7 +2,8 @@
 # Everything on docs/performance.md, in one go (about 35 minutes on the 2-core box):
 #   1. side by side: null server, mosquitto, Fleetwire, canonical workload, 3 runs (bench/compare.sh)
 #   2. sustained maximum: one Fleetwire, 3 runs of 45 s warm-up (heads fill and sealing starts) + 30 s
-#   3. PUBACK latency at 50k msg/s (half-load.toml), 3 runs, on the same warm server
+#   3. PUBACK latency at 50k msg/s (half-load.toml), 3 runs, on the same warm server, after 30 s of the
+#      disk's own flush latency (fleetwire bench fsync-probe)
 #   4. ThingsBoard's scenarios A, B and B x3 on the same server
 #   5. query latency: one day of 1 s data, 1-minute AVG
 #   6. memory per idle connection: 19k devices, fresh server each of 3 runs
@@ -30,6 +31,10 @@ start_fleetwire "$WORK/data" "$MQTT" "$HTTP" "$WORK/server.log"
 for r in 1 2 3; do
   run_bench "sustained-$r" --name sustained --warmup-s 45 --duration-s 30 --create-devices
 done
+# The disk's own flush latency just before the latency runs, in the server's data directory: a flush that
+# stalls holds every acknowledgement waiting on it, whatever the server does (docs/performance.md).
+"$FLEETWIRE" bench fsync-probe --dir "$WORK/data" --seconds 30 --json >"$OUT/fsync-probe.json" \
+  || echo "fsync-probe: failed" >&2
 for r in 1 2 3; do
   run_bench "half-load-$r" --scenario "$ROOT/bench/scenarios/half-load.toml"
 done

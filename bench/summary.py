@@ -69,6 +69,11 @@ def main(out):
               f"{l['p99_ms']:.1f} | {l['p999_ms']:.1f} | {l['max_ms']:.1f} | "
               f"{fmt((r.get('server') or {}).get('cpu_percent_avg'), '.0f')}% |")
     print(f"\nMedian p99: **{median([r['latency']['p99_ms'] for r in half]):.1f} ms**\n")
+    if os.path.exists(f"{out}/fsync-probe.json"):
+        f = load(f"{out}/fsync-probe.json")
+        print(f"The disk just before (`fleetwire bench fsync-probe`, {f['write_bytes']} bytes + `fdatasync` "
+              f"every {f['interval_ms']:.2f} ms, {f['seconds']:.0f} s): p50 {f['p50_ms']:.2f} ms, p99 {f['p99_ms']:.2f} ms, "
+              f"max {f['max_ms']:.1f} ms, {f['over_10ms']} syncs over 10 ms, {f['over_50ms']} over 50 ms.\n")
 
     print("### ThingsBoard's scenarios (5k smart meters, QoS 1, 10 alarm messages/s)\n")
     print("| scenario | offered | achieved | server CPU avg | RSS peak | PUBACK p50 | p99 | missing |")

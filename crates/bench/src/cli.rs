@@ -1,13 +1,15 @@
-//! `fleetwire bench` flags: a scenario file, flags that override it, and the `null-server` and `query`
-//! subcommands.
+//! `fleetwire bench` flags: a scenario file, flags that override it, and the `null-server`, `query`,
+//! `rpc` and `fsync-probe` subcommands.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
 use crate::error::{Error, Result};
+use crate::fsync_probe::{self, ProbeOptions};
 use crate::null_server::{self, NullServerStats};
 use crate::query::{self, QueryOptions};
 use crate::run::{self, RunOptions};
@@ -58,6 +60,25 @@ pub enum BenchCommand {
         /// Timed calls (after 20 warm-up calls).
         #[arg(long, default_value_t = 1000)]
         runs: u32,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The disk's own flush latency, no server involved: a small write and `fdatasync`, as the ingest log
+    /// does under load, over and over.
+    FsyncProbe {
+        /// Directory on the disk to probe (use the server's data directory).
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+        /// Seconds to probe.
+        #[arg(long, default_value_t = 30.0)]
+        seconds: f64,
+        /// Bytes written before each sync.
+        #[arg(long, default_value_t = 5000)]
+        write_bytes: usize,
+        /// Microseconds from one sync's start to the next.
+        #[arg(long, default_value_t = 1250)]
+        interval_us: u64,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -269,6 +290,36 @@ pub async fn main(args: BenchArgs) -> Result<bool> {
                     "query: {} points, 1-minute {} over 1 day ({} buckets), {} runs: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
                     report.points, opts.agg, report.buckets, report.runs, report.p50_ms, report.p99_ms, report.max_ms
                 );
+            }
+            Ok(true)
+        }
+        Some(BenchCommand::FsyncProbe {
+            dir,
+            seconds,
+            write_bytes,
+            interval_us,
+            json,
+        }) => {
+            let duration = Duration::try_from_secs_f64(seconds).map_err(|_| {
+                Error::Scenario(format!("fsync probe: {seconds} is not a number of seconds"))
+            })?;
+            let opts = ProbeOptions {
+                dir,
+                duration,
+                write_bytes,
+                interval: Duration::from_micros(interval_us),
+            };
+            let report = tokio::task::spawn_blocking(move || fsync_probe::run(&opts))
+                .await
+                .map_err(|e| Error::Worker(format!("fsync probe: {e}")))??;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report)
+                        .map_err(|e| Error::json("printing the report", e))?
+                );
+            } else {
+                println!("{}", report.line());
             }
             Ok(true)
         }

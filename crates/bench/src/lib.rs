@@ -9,6 +9,7 @@
 pub mod cli;
 pub mod error;
 pub mod fleet;
+pub mod fsync_probe;
 pub mod http;
 pub mod null_server;
 pub mod pacing;

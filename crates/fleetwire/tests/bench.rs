@@ -1,6 +1,6 @@
 //! End-to-end tests of `fleetwire bench` against a spawned server: a short run verifies that every
 //! acknowledged point is stored, in one process and split over worker processes, over MQTT and HTTP; and
-//! the RPC round-trip benchmark completes.
+//! the RPC round-trip benchmark completes; the fsync probe measures a disk and leaves nothing behind.
 //! No timing assertions: throughput is measured by benchmarks, not tests.
 
 mod common;
@@ -184,4 +184,35 @@ fn the_rpc_benchmark_round_trips_through_a_connected_device() {
     // Every call was answered with the device's echo (the bench checks each body); no timing asserted.
     assert_eq!(report["runs"], 50, "{report}");
     assert!(report["p50_ms"].as_f64().unwrap() > 0.0, "{report}");
+}
+
+#[test]
+fn the_fsync_probe_reports_the_disks_flushes_and_cleans_up() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let output = Command::new(env!("CARGO_BIN_EXE_fleetwire"))
+        .args(["bench", "fsync-probe", "--json", "--seconds", "0.3"])
+        .arg("--dir")
+        .arg(dir.path())
+        .output()
+        .expect("run fleetwire bench fsync-probe");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).expect("a JSON report");
+    assert!(report["syncs"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(report["write_bytes"], 5000, "{report}");
+    assert!(report["slow"].is_array(), "{report}");
+    assert_eq!(std::fs::read_dir(dir.path()).expect("read dir").count(), 0);
+
+    // A directory that does not exist is a clear error, not a panic.
+    let output = Command::new(env!("CARGO_BIN_EXE_fleetwire"))
+        .args(["bench", "fsync-probe", "--seconds", "0.1", "--dir"])
+        .arg(dir.path().join("missing"))
+        .output()
+        .expect("run fleetwire bench fsync-probe");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("fleetwire-fsync-probe"), "{stderr}");
 }
