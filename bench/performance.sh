@@ -31,8 +31,9 @@ start_fleetwire "$WORK/data" "$MQTT" "$HTTP" "$WORK/server.log"
 for r in 1 2 3; do
   run_bench "sustained-$r" --name sustained --warmup-s 45 --duration-s 30 --create-devices
 done
-# The disk's own flush latency just before the latency runs, in the server's data directory: a flush that
-# stalls holds every acknowledgement waiting on it, whatever the server does (docs/performance.md).
+# The disk's own flush latency just before the latency runs, in the server's data directory while the server
+# is idle: a flush that stalls holds every acknowledgement waiting on it, whatever the server does
+# (docs/performance.md, "Twenty-ninth look").
 "$FLEETWIRE" bench fsync-probe --dir "$WORK/data" --seconds 30 --json >"$OUT/fsync-probe.json" \
   || echo "fsync-probe: failed" >&2
 for r in 1 2 3; do
