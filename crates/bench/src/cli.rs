@@ -279,18 +279,12 @@ pub async fn main(args: BenchArgs) -> Result<bool> {
                 &opts,
             )
             .await?;
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&report)
-                        .map_err(|e| Error::json("printing the report", e))?
-                );
-            } else {
-                println!(
+            print_report(&report, json, || {
+                format!(
                     "query: {} points, 1-minute {} over 1 day ({} buckets), {} runs: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
                     report.points, opts.agg, report.buckets, report.runs, report.p50_ms, report.p99_ms, report.max_ms
-                );
-            }
+                )
+            })?;
             Ok(true)
         }
         Some(BenchCommand::FsyncProbe {
@@ -312,15 +306,7 @@ pub async fn main(args: BenchArgs) -> Result<bool> {
             let report = tokio::task::spawn_blocking(move || fsync_probe::run(&opts))
                 .await
                 .map_err(|e| Error::Worker(format!("fsync probe: {e}")))??;
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&report)
-                        .map_err(|e| Error::json("printing the report", e))?
-                );
-            } else {
-                println!("{}", report.line());
-            }
+            print_report(&report, json, || report.line())?;
             Ok(true)
         }
         Some(BenchCommand::Rpc {
@@ -338,18 +324,12 @@ pub async fn main(args: BenchArgs) -> Result<bool> {
                 runs,
             )
             .await?;
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&report)
-                        .map_err(|e| Error::json("printing the report", e))?
-                );
-            } else {
-                println!(
+            print_report(&report, json, || {
+                format!(
                     "rpc: {} two-way round trips: p50 {:.2} ms, p95 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
                     report.runs, report.p50_ms, report.p95_ms, report.p99_ms, report.max_ms
-                );
-            }
+                )
+            })?;
             Ok(true)
         }
         None if args.run.worker => {
@@ -382,6 +362,22 @@ pub async fn main(args: BenchArgs) -> Result<bool> {
             Ok(report.ok())
         }
     }
+}
+
+/// Prints a subcommand's report: all of it as JSON, or its one line for the terminal.
+fn print_report<T: serde::Serialize>(
+    report: &T,
+    json: bool,
+    line: impl FnOnce() -> String,
+) -> Result<()> {
+    if json {
+        let text = serde_json::to_string_pretty(report)
+            .map_err(|e| Error::json("printing the report", e))?;
+        println!("{text}");
+    } else {
+        println!("{}", line());
+    }
+    Ok(())
 }
 
 /// A scenario enum from its TOML name (`mqtt`, `3.1.1`, `smart-meter`, ...), so flags and files accept
