@@ -13,10 +13,10 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::stats::Latency;
 
 /// The probe file's size: writes go round it, so it never grows.
 const FILE_BYTES: u64 = 64 << 20;
@@ -152,8 +152,7 @@ pub fn run(opts: &ProbeOptions) -> Result<ProbeReport> {
     probe.file.sync_all().map_err(|e| io("syncing", e))?;
 
     let data = vec![b'x'; opts.write_bytes];
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)
-        .map_err(|e| Error::Scenario(format!("fsync probe histogram: {e}")))?;
+    let mut hist = Latency::new();
     let mut slow = Vec::new();
     let (mut over_10, mut over_50) = (0, 0);
     let mut offset = 0u64;
@@ -171,7 +170,7 @@ pub fn run(opts: &ProbeOptions) -> Result<ProbeReport> {
         let began = Instant::now();
         probe.file.sync_data().map_err(|e| io("syncing", e))?;
         let took = began.elapsed();
-        hist.saturating_record(u64::try_from(took.as_micros()).unwrap_or(u64::MAX).max(1));
+        hist.record_duration(took);
         let took_ms = ms(took);
         if took_ms >= SLOW_MS {
             over_10 += 1;
@@ -194,16 +193,16 @@ pub fn run(opts: &ProbeOptions) -> Result<ProbeReport> {
             next = now;
         }
     }
-    let quantile = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    let quantile = |q: f64| hist.quantile_us(q) as f64 / 1000.0;
     Ok(ProbeReport {
-        syncs: hist.len(),
+        syncs: hist.count(),
         seconds: start.elapsed().as_secs_f64(),
         write_bytes: opts.write_bytes,
         interval_ms: ms(opts.interval),
         p50_ms: quantile(0.5),
         p99_ms: quantile(0.99),
         p999_ms: quantile(0.999),
-        max_ms: hist.max() as f64 / 1000.0,
+        max_ms: hist.max_us() as f64 / 1000.0,
         over_10ms: over_10,
         over_50ms: over_50,
         slow,
