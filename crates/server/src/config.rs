@@ -56,8 +56,16 @@ pub struct ActivityConfig {
     pub inactivity_timeout_ms: u64,
     /// How often devices are checked for inactivity.
     pub check_interval_ms: u64,
-    /// A connected device's uplinks are written as activity at most this often.
+    /// A connected device's uplinks are written as activity at most this often, and the changes of the
+    /// activity state (connects, disconnects, `active`) reach the attribute table at this pace.
     pub report_interval_ms: u64,
+    /// Every device's `lastActivityTime` reaches the attribute table within about this long. When that is
+    /// all that changed, each persist writes the next slice of the devices in the table's key order, so a
+    /// steady fleet costs the disk a few pages per persist rather than a rewrite of every device's row.
+    /// After a crash the stored `lastActivityTime` may be up to this much older than the last uplink the
+    /// server saw (until the device's next one); a graceful stop writes it all. At or below
+    /// `report_interval_ms`, every persist writes every change.
+    pub last_activity_persist_interval_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -355,6 +363,7 @@ impl Default for ActivityConfig {
             inactivity_timeout_ms: 600_000,
             check_interval_ms: 60_000,
             report_interval_ms: 3_000,
+            last_activity_persist_interval_ms: 60_000,
         }
     }
 }

@@ -120,7 +120,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         .await
         .map_err(ServeError::Http)?;
     tracing::info!("shutting down: persisting state");
-    crate::activity::persist(&state).await;
+    crate::activity::persist(&state, crate::activity::Persist::All).await;
     tokio::task::block_in_place(|| state.ingest.shutdown());
     Ok(())
 }
