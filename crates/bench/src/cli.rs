@@ -79,6 +79,10 @@ pub enum BenchCommand {
         /// Microseconds from one sync's start to the next.
         #[arg(long, default_value_t = 1250)]
         interval_us: u64,
+        /// Write with O_DIRECT (whole 4 KiB blocks), so that the write's time is the device taking the data
+        /// and the sync's the cache flush alone.
+        #[arg(long)]
+        direct: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -292,6 +296,7 @@ pub async fn main(args: BenchArgs) -> Result<bool> {
             seconds,
             write_bytes,
             interval_us,
+            direct,
             json,
         }) => {
             let duration = Duration::try_from_secs_f64(seconds).map_err(|_| {
@@ -302,6 +307,7 @@ pub async fn main(args: BenchArgs) -> Result<bool> {
                 duration,
                 write_bytes,
                 interval: Duration::from_micros(interval_us),
+                direct,
             };
             let report = tokio::task::spawn_blocking(move || fsync_probe::run(&opts))
                 .await
