@@ -289,16 +289,21 @@ pub fn run(opts: &ProbeOptions) -> Result<ProbeReport> {
 mod tests {
     use super::*;
 
+    /// A 200 ms probe in `dir`, a sync every 10 ms.
+    fn short(dir: &Path, write_bytes: usize, direct: bool) -> ProbeOptions {
+        ProbeOptions {
+            dir: dir.to_path_buf(),
+            duration: Duration::from_millis(200),
+            write_bytes,
+            interval: Duration::from_millis(10),
+            direct,
+        }
+    }
+
     #[test]
     fn a_probe_measures_every_sync_and_leaves_no_file_behind() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let opts = ProbeOptions {
-            dir: dir.path().to_path_buf(),
-            duration: Duration::from_millis(200),
-            write_bytes: 4096,
-            interval: Duration::from_millis(10),
-            direct: false,
-        };
+        let opts = short(dir.path(), 4096, false);
         let report = run(&opts).expect("probe");
         assert!(report.syncs >= 1, "{report:?}");
         assert!(report.p50_ms <= report.p99_ms && report.p99_ms <= report.max_ms);
@@ -320,16 +325,12 @@ mod tests {
 
     #[test]
     fn a_direct_probe_writes_whole_blocks() {
-        // Beside the build, not in /tmp, which may be a tmpfs that refuses O_DIRECT.
-        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).expect("temp dir");
-        let opts = ProbeOptions {
-            dir: dir.path().to_path_buf(),
-            duration: Duration::from_millis(200),
-            write_bytes: 5000,
-            interval: Duration::from_millis(10),
-            direct: true,
-        };
-        let report = run(&opts).expect("an O_DIRECT probe on the source tree's filesystem");
+        // Beside the test binary, not in /tmp, which may be a tmpfs that refuses O_DIRECT.
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let beside = exe.parent().expect("the test binary's directory");
+        let dir = tempfile::tempdir_in(beside).expect("temp dir");
+        let opts = short(dir.path(), 5000, true);
+        let report = run(&opts).expect("an O_DIRECT probe on the build's filesystem");
         assert!(report.direct);
         assert_eq!(report.write_bytes, 8192);
         assert!(report.syncs >= 1, "{report:?}");

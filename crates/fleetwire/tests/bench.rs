@@ -186,13 +186,14 @@ fn the_rpc_benchmark_round_trips_through_a_connected_device() {
     assert!(report["p50_ms"].as_f64().unwrap() > 0.0, "{report}");
 }
 
-#[test]
-fn the_fsync_probe_reports_the_disks_flushes_and_cleans_up() {
-    let dir = tempfile::tempdir().expect("temp dir");
+/// Runs `fleetwire bench fsync-probe --json --seconds 0.3` with `args` in `dir`, expects it to succeed
+/// and to leave nothing behind, and returns its report.
+fn fsync_probe(dir: &std::path::Path, args: &[&str]) -> Value {
     let output = Command::new(env!("CARGO_BIN_EXE_fleetwire"))
         .args(["bench", "fsync-probe", "--json", "--seconds", "0.3"])
+        .args(args)
         .arg("--dir")
-        .arg(dir.path())
+        .arg(dir)
         .output()
         .expect("run fleetwire bench fsync-probe");
     assert!(
@@ -200,44 +201,26 @@ fn the_fsync_probe_reports_the_disks_flushes_and_cleans_up() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let report: Value = serde_json::from_slice(&output.stdout).expect("a JSON report");
+    assert_eq!(std::fs::read_dir(dir).expect("read dir").count(), 0);
+    serde_json::from_slice(&output.stdout).expect("a JSON report")
+}
+
+#[test]
+fn the_fsync_probe_reports_the_disks_flushes_and_cleans_up() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let report = fsync_probe(dir.path(), &[]);
     assert!(report["syncs"].as_u64().unwrap() > 0, "{report}");
     assert_eq!(report["write_bytes"], 5000, "{report}");
     assert!(report["slow"].is_array(), "{report}");
     assert_eq!(report["direct"], false, "{report}");
     assert!(report["write_max_ms"].as_f64().is_some(), "{report}");
-    assert_eq!(std::fs::read_dir(dir.path()).expect("read dir").count(), 0);
 
     // O_DIRECT, on the build's own filesystem (a tmpfs /tmp would refuse it): whole blocks.
     let direct_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
-    let output = Command::new(env!("CARGO_BIN_EXE_fleetwire"))
-        .args([
-            "bench",
-            "fsync-probe",
-            "--json",
-            "--direct",
-            "--seconds",
-            "0.3",
-        ])
-        .arg("--dir")
-        .arg(direct_dir.path())
-        .output()
-        .expect("run fleetwire bench fsync-probe --direct");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: Value = serde_json::from_slice(&output.stdout).expect("a JSON report");
+    let report = fsync_probe(direct_dir.path(), &["--direct"]);
     assert_eq!(report["direct"], true, "{report}");
     assert_eq!(report["write_bytes"], 8192, "{report}");
     assert!(report["syncs"].as_u64().unwrap() > 0, "{report}");
-    assert_eq!(
-        std::fs::read_dir(direct_dir.path())
-            .expect("read dir")
-            .count(),
-        0
-    );
 
     // A directory that does not exist is a clear error, not a panic.
     let output = Command::new(env!("CARGO_BIN_EXE_fleetwire"))

@@ -609,6 +609,22 @@ pub async fn persist(state: &AppState, what: Persist) {
 mod tests {
     use super::*;
 
+    /// Device `i` of a test fleet: ids spread over the key space, so the map holds them in no order.
+    fn spread_id(i: usize) -> Uuid {
+        Uuid::from_u128((i as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835))
+    }
+
+    /// An uplink of each of the first `devices` devices of [`spread_id`], device `i` at `at(i)`.
+    fn uplink_each(activity: &Activity, devices: usize, at: impl Fn(usize) -> i64) {
+        let mut tracked = activity.devices.lock();
+        for i in 0..devices {
+            tracked
+                .get_mut(&spread_id(i))
+                .expect("tracked")
+                .uplink(at(i));
+        }
+    }
+
     #[test]
     fn an_entry_is_small() {
         // Kept in memory for every device that was ever active: see the module doc.
@@ -691,9 +707,7 @@ mod tests {
         let activity = Activity::new(config);
         assert_eq!(activity.slices(), 4);
         let devices = 100;
-        let id = |i: usize| {
-            Uuid::from_u128((i as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835))
-        };
+        let id = spread_id;
         let mut sorted: Vec<Uuid> = (0..devices).map(id).collect();
         sorted.sort_unstable();
         // The stored lastActivityTime of each device, in key order.
@@ -728,16 +742,7 @@ mod tests {
         assert_eq!(activity.persist_tick(&store).expect("tick"), 0);
 
         // Uplinks alone: a quarter per tick, each a run of neighbours in the table's key order.
-        let uplink_all = |at: i64| {
-            for i in 0..devices {
-                activity
-                    .devices
-                    .lock()
-                    .get_mut(&id(i))
-                    .expect("tracked")
-                    .uplink(at);
-            }
-        };
+        let uplink_all = |at: i64| uplink_each(&activity, devices, |_| at);
         uplink_all(2_000);
         for tick in 1..=4 {
             assert_eq!(activity.persist_tick(&store).expect("tick"), devices / 4);
@@ -779,9 +784,7 @@ mod tests {
         let path = dir.path().join("a.sqlite3");
         let devices = 2 * PERSIST_CHUNK + 7;
         // Ids spread over the key space, inserted in no particular order.
-        let id = |i: usize| {
-            Uuid::from_u128((i as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835))
-        };
+        let id = spread_id;
         {
             let store = AttributeStore::open(&path).expect("store");
             let activity = Activity::new(crate::config::Config::default().activity);
@@ -793,14 +796,7 @@ mod tests {
             assert_eq!(activity.persist(&store).expect("persist"), devices);
             assert_eq!(activity.persist(&store).expect("persist"), 0);
             // A second round, as every interval brings: lastActivityTime of every device.
-            for i in 0..devices {
-                activity
-                    .devices
-                    .lock()
-                    .get_mut(&id(i))
-                    .expect("tracked")
-                    .uplink(5_000 + i as i64);
-            }
+            uplink_each(&activity, devices, |i| 5_000 + i as i64);
             assert_eq!(activity.persist(&store).expect("persist"), devices);
         }
         let store = AttributeStore::open(&path).expect("reopen");
