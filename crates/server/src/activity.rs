@@ -365,11 +365,20 @@ impl Activity {
         store: &AttributeStore,
     ) -> Result<usize, crate::ingest::attributes::AttributeError> {
         let slices = self.slices();
-        // Every tracked device, and whether its time alone is waiting.
+        // The selection's vectors are dropped before the write, which builds its own: a persist's peak
+        // allocation stays resident in the allocator, and counts in the memory per connection.
+        let ids = self.select_tick(slices);
+        self.write(store, ids)
+    }
+
+    /// The devices [`Activity::persist_tick`] writes, in no particular order.
+    fn select_tick(&self, slices: usize) -> Vec<Uuid> {
+        // Every device whose state changed, and every other tracked device with whether its time alone
+        // is waiting.
         let (mut ids, mut tracked) = {
             let devices = self.devices.lock();
             let mut urgent = Vec::new();
-            let mut tracked = Vec::with_capacity(devices.len());
+            let mut tracked = Vec::new();
             for (id, state) in devices.iter() {
                 if state.dirty & !LAST_ACTIVITY_BIT != 0 {
                     urgent.push(*id);
@@ -396,7 +405,7 @@ impl Activity {
         }
         drop(cursor);
         ids.extend(slice.iter().filter(|(_, lazy)| *lazy).map(|(id, _)| *id));
-        self.write(store, ids)
+        ids
     }
 
     /// Persists per `last_activity_persist_interval_ms`: at least 1.
@@ -433,6 +442,7 @@ impl Activity {
                 })
                 .collect()
         };
+        drop(ids);
         let chunks = taken.len().div_ceil(PERSIST_CHUNK);
         for (i, chunk) in taken.chunks(PERSIST_CHUNK).enumerate() {
             let rows: Vec<(u128, &str, i64, Value)> = chunk
