@@ -8,6 +8,7 @@ to a log file that conftest.py attaches to the report of every failing test.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -36,8 +37,36 @@ def binary_path() -> Path:
     return Path(os.environ.get("FLEETWIRE_BIN", REPO_ROOT / "target" / "release" / "fleetwire"))
 
 
+# Ports handed out by free_port in this process, so two servers of one run never get the same one.
+_PORTS_GIVEN: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel gives outgoing connections (net.ipv4.ip_local_port_range)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """A port the kernel just considered free on 127.0.0.1 (the tiny race until the server binds is accepted)."""
+    """A port free on 127.0.0.1 below the kernel's ephemeral range (the tiny race until the server binds is
+    accepted). Below it, because a server killed and restarted on its port leaves it free for a few seconds, and
+    a port of the ephemeral range may meanwhile become the local end of some outgoing connection: the restart
+    then fails with "address already in use" (seen once in CI, in the kill -9 loop)."""
+    low = min(_ephemeral_low(), 65536)
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(10000, max(low, 10001))
+        if port in _PORTS_GIVEN:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _PORTS_GIVEN.add(port)
+        return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
