@@ -273,6 +273,13 @@ impl Report {
                 bucket_quantiles(&log.fsync),
                 bucket_quantiles(&log.durable_wait)
             );
+            if let Some(puback) = &log.puback {
+                let _ = writeln!(
+                    out,
+                    "server ack    PUBLISH read to PUBACK written {}",
+                    bucket_quantiles(puback)
+                );
+            }
         }
         match &self.verification {
             Some(v) => {

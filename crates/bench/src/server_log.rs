@@ -1,7 +1,9 @@
 //! What Fleetwire's own ingest log did over the measured window, read from its `GET /metrics`: commits per
 //! second, the `fdatasync` of each commit, and how long each commit's oldest record waited from append to
-//! durable. With the generator and the server on one box, a slow acknowledgement is either the disk or a
-//! core that was not free; these figures tell the two apart run by run.
+//! durable; and, from a server that counts it, how long each PUBLISH took from the server's read to its
+//! PUBACK's write. With the generator and the server on one box, a slow acknowledgement is the disk, the
+//! server, or a core that was not free for the generator or the kernel; these figures tell them apart run
+//! by run.
 //!
 //! The server's histograms have fixed buckets (50 µs to 10 s, roughly 1-2.5-5 per decade), so a quantile
 //! is reported as the bucket bound it falls under ("≤ 2.5 ms"), never interpolated. A server without these
@@ -19,6 +21,7 @@ use crate::http::HttpConn;
 const FSYNC: &str = "fleetwire_log_fsync_seconds";
 const APPEND_WAIT: &str = "fleetwire_log_append_wait_seconds";
 const COMMITS: &str = "fleetwire_log_commits_total";
+const PUBACK: &str = "fleetwire_mqtt_puback_seconds";
 /// A scrape that takes longer than this is given up: the figures are a diagnosis, not the measurement.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -34,6 +37,8 @@ struct Histogram {
 pub struct LogSnapshot {
     fsync: Histogram,
     append_wait: Histogram,
+    /// Empty from a server that does not count it.
+    puback: Histogram,
     commits: u64,
 }
 
@@ -59,6 +64,9 @@ pub struct ServerLog {
     /// Per commit, how long its oldest record waited from append to durable (the window, the write and the
     /// sync), the log's share of an acknowledgement's latency.
     pub durable_wait: BucketQuantiles,
+    /// Per QoS 1 PUBLISH, from the server's read of it to the write of its PUBACK: the server's share, the
+    /// log's included (`None` from a server without `fleetwire_mqtt_puback_seconds`).
+    pub puback: Option<BucketQuantiles>,
 }
 
 /// Scrapes `GET /metrics` at `addr`; `None` when the server does not answer or has no log metrics.
@@ -100,6 +108,7 @@ fn parse(text: &str) -> Option<LogSnapshot> {
         for (base, target) in [
             (FSYNC, &mut snapshot.fsync),
             (APPEND_WAIT, &mut snapshot.append_wait),
+            (PUBACK, &mut snapshot.puback),
         ] {
             match histogram(base) {
                 Some("_bucket") => {
@@ -142,6 +151,11 @@ impl ServerLog {
             },
             fsync: quantiles(&start.fsync, &end.fsync)?,
             durable_wait: quantiles(&start.append_wait, &end.append_wait)?,
+            puback: if end.puback.buckets.is_empty() {
+                None
+            } else {
+                Some(quantiles(&start.puback, &end.puback)?)
+            },
         })
     }
 }
@@ -205,6 +219,15 @@ mod tests {
         text
     }
 
+    /// `exposition` with `fleetwire_mqtt_puback_seconds` as well.
+    fn with_puback(base: String, puback: [u64; 4], sum: f64) -> String {
+        let mut text = base + &format!("# TYPE {PUBACK} histogram\n");
+        for (le, c) in ["0.001", "0.005", "0.01", "+Inf"].iter().zip(puback) {
+            text += &format!("{PUBACK}_bucket{{le=\"{le}\"}} {c}\n");
+        }
+        text + &format!("{PUBACK}_sum {sum}\n{PUBACK}_count {}\n", puback[3])
+    }
+
     #[test]
     fn quantiles_are_the_bounds_of_the_buckets_over_the_window() {
         let start = parse(&exposition([10, 10, 10, 10], [0, 5, 10, 10], 10, 0.002)).unwrap();
@@ -226,6 +249,27 @@ mod tests {
         assert!((log.fsync.mean_ms - 0.3).abs() < 1e-9);
         assert_eq!(log.durable_wait.p50_le_ms, Some(1.0));
         assert_eq!(log.durable_wait.p99_le_ms, Some(10.0));
+    }
+
+    #[test]
+    fn the_servers_puback_latency_is_read_when_it_counts_it() {
+        let log = |start: String, end: String| {
+            ServerLog::between(&parse(&start).unwrap(), &parse(&end).unwrap(), 1.0).unwrap()
+        };
+        let plain = |commits| exposition([0, 0, 0, 0], [0, 0, 0, 0], commits, 0.0);
+        assert_eq!(log(plain(0), plain(1)).puback, None);
+        // Over the window: 200 PUBACKs, 150 within 1 ms, 48 more within 5 ms, 2 within 10 ms.
+        let puback = log(
+            with_puback(plain(0), [50, 50, 50, 50], 0.05),
+            with_puback(plain(1), [200, 248, 250, 250], 0.45),
+        )
+        .puback
+        .unwrap();
+        assert_eq!(puback.count, 200);
+        assert!((puback.mean_ms - 2.0).abs() < 1e-9);
+        assert_eq!(puback.p50_le_ms, Some(1.0));
+        assert_eq!(puback.p99_le_ms, Some(5.0));
+        assert_eq!(puback.max_le_ms, Some(10.0));
     }
 
     #[test]

@@ -119,6 +119,13 @@ fn mqtt_traffic_moves_the_counters_and_the_server_is_ready() {
         get(&after, "fleetwire_log_commit_seconds_count"),
         get(&after, r#"fleetwire_log_commit_seconds_bucket{le="+Inf"}"#)
     );
+    // Every acknowledged PUBLISH, the refused one too, is timed from its read to its PUBACK's write.
+    assert_eq!(delta("fleetwire_mqtt_puback_seconds_count"), n + 1.0);
+    assert!(delta("fleetwire_mqtt_puback_seconds_sum") > 0.0);
+    assert_eq!(
+        get(&after, "fleetwire_mqtt_puback_seconds_count"),
+        get(&after, r#"fleetwire_mqtt_puback_seconds_bucket{le="+Inf"}"#)
+    );
     assert!(get(&after, "process_resident_memory_bytes") > 0.0);
     assert_eq!(
         get(

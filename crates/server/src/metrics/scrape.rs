@@ -9,7 +9,9 @@ use fleetwire_tsdb::{ChunkStats, WriteState};
 use parking_lot::Mutex;
 
 use super::exposition::{Exposition, Histogram, Kind};
-use super::{process, AlarmTransition, OutTransport, Reason, Transport, PROTOCOLS};
+use super::{
+    process, AlarmTransition, OutTransport, Reason, Transport, PROTOCOLS, PUBACK_BOUNDS_US,
+};
 use crate::AppState;
 
 /// `Tsdb::chunk_stats` reads every chunk header, so a scrape reuses a result younger than this.
@@ -69,6 +71,24 @@ fn transports(e: &mut Exposition, state: &AppState) {
             "fleetwire_mqtt_connects_total",
             &[("protocol", protocol)],
             count,
+        );
+    }
+    {
+        const BOUNDS_S: [f64; PUBACK_BOUNDS_US.len()] = seconds(PUBACK_BOUNDS_US);
+        let name = "fleetwire_mqtt_puback_seconds";
+        e.family(
+            name,
+            Kind::Histogram,
+            "Per acknowledged PUBLISH (QoS 1 or 2), from the read that brought it to the write of its PUBACK (the ingest log's commit included).",
+        );
+        e.histogram(
+            name,
+            &[],
+            &Histogram {
+                bounds: &BOUNDS_S,
+                counts: &c.puback_counts,
+                sum: c.puback_sum_us as f64 / 1e6,
+            },
         );
     }
     e.family(
@@ -295,16 +315,19 @@ fn log(e: &mut Exposition, state: &AppState) {
     );
 }
 
+/// Histogram bucket bounds in seconds, as the exposition writes them, from bounds in microseconds.
+const fn seconds<const N: usize>(bounds_us: [u64; N]) -> [f64; N] {
+    let mut bounds = [0.0; N];
+    let mut i = 0;
+    while i < N {
+        bounds[i] = bounds_us[i] as f64 / 1e6;
+        i += 1;
+    }
+    bounds
+}
+
 fn latency(e: &mut Exposition, name: &str, help: &str, snapshot: &LatencySnapshot) {
-    const BOUNDS_S: [f64; LATENCY_BOUNDS_US.len()] = {
-        let mut bounds = [0.0; LATENCY_BOUNDS_US.len()];
-        let mut i = 0;
-        while i < bounds.len() {
-            bounds[i] = LATENCY_BOUNDS_US[i] as f64 / 1e6;
-            i += 1;
-        }
-        bounds
-    };
+    const BOUNDS_S: [f64; LATENCY_BOUNDS_US.len()] = seconds(LATENCY_BOUNDS_US);
     e.family(name, Kind::Histogram, help);
     e.histogram(
         name,
@@ -479,6 +502,8 @@ mod tests {
             log.wait_durable(seq, Duration::from_secs(5)).unwrap();
         }
         crate::metrics::refused(Transport::Http, Reason::TooLarge);
+        // Two PUBLISHes answered 3.5 ms after their read: in the bucket up to 4 ms.
+        crate::metrics::pubacks_written(3_500, 2);
         let text = render(&state);
         let families = parse(&text);
         check_histograms(&families);
@@ -506,6 +531,15 @@ mod tests {
             &[("transport", "http"), ("reason", "too_large")]
         )
         .is_some_and(|v| v >= 1.0));
+        let puback = |le| {
+            value(
+                &families,
+                "fleetwire_mqtt_puback_seconds_bucket",
+                &[("le", le)],
+            )
+            .unwrap()
+        };
+        assert!(puback("0.004") - puback("0.003") >= 2.0);
         assert!(value(&families, "fleetwire_log_lag_bytes", &[("partition", "0")]).is_some());
         assert!(value(&families, "fleetwire_tsdb_chunks", &[]).is_some());
         // Each family announces its type once; every name is in the conventional form.

@@ -184,6 +184,19 @@ struct Conn<'a> {
     idle_limit_ms: u32,
     /// Whether `idle_limit_ms` comes from the client's Keep Alive (closing says 0x8D) or is the default.
     keep_alive: bool,
+    /// QoS 1 PUBLISHes in the current batch, and when the first of them was read ([`batch_clock_us`]), for
+    /// `fleetwire_mqtt_puback_seconds`.
+    batch_acks: u16,
+    batch_read_us: u32,
+}
+
+/// Microseconds since the first call, wrapping after about 71 minutes: a batch's read time in four bytes of
+/// the connection's state. A batch's wait is far shorter than a wrap, so a wrapping difference is exact.
+fn batch_clock_us() -> u32 {
+    static BASE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let base = BASE.get_or_init(std::time::Instant::now);
+    // Truncation is the wrap.
+    base.elapsed().as_micros() as u32
 }
 
 /// Serves one accepted TCP connection until it closes.
@@ -231,6 +244,8 @@ pub async fn serve(state: AppState, stream: TcpStream, peer: SocketAddr) {
             s => u32::from(s) * 1500,
         },
         keep_alive: keep_alive_s > 0,
+        batch_acks: 0,
+        batch_read_us: 0,
     };
     // The close signal is watched only between batches (inside `run`), never in the middle of a write,
     // so a DISCONNECT never follows a half-written packet.
@@ -473,6 +488,7 @@ impl Conn<'_> {
 
     /// Waits until the batch's records are durable, then writes its answers. False if the socket failed.
     async fn flush(&mut self) -> bool {
+        let acks = std::mem::take(&mut self.batch_acks);
         if self.wait_seq > 0 {
             let seq = std::mem::take(&mut self.wait_seq);
             if let Err(e) = self.state.ingest.durable(seq).await {
@@ -494,6 +510,7 @@ impl Conn<'_> {
         match self.stream.try_write(&self.out) {
             Ok(n) if n == self.out.len() => {
                 self.out.clear();
+                self.pubacks_written(acks);
                 return true;
             }
             Ok(n) => self.out.advance(n),
@@ -503,7 +520,20 @@ impl Conn<'_> {
                 return false;
             }
         }
-        Box::pin(self.write_out()).await
+        let written = Box::pin(self.write_out()).await;
+        if written {
+            self.pubacks_written(acks);
+        }
+        written
+    }
+
+    /// The batch's `acks` QoS 1 PUBLISHes have their PUBACKs written: counted in
+    /// `fleetwire_mqtt_puback_seconds`, from the read of the first of them.
+    fn pubacks_written(&self, acks: u16) {
+        if acks > 0 {
+            let waited = batch_clock_us().wrapping_sub(self.batch_read_us);
+            metrics::pubacks_written(u64::from(waited), u64::from(acks));
+        }
     }
 
     /// Writes what is left of `out` once the socket takes it, within WRITE_TIMEOUT.
@@ -624,6 +654,12 @@ impl Conn<'_> {
     fn publish(&mut self, publish: Publish) -> Option<End> {
         // ThingsBoard answers QoS 2 with a PUBACK as well; we do the same (QoS 2 flows come later).
         let ack = publish.qos != QoS::AtMostOnce;
+        if ack {
+            if self.batch_acks == 0 {
+                self.batch_read_us = batch_clock_us();
+            }
+            self.batch_acks = self.batch_acks.saturating_add(1);
+        }
         let pkid = publish.pkid;
         let gateway_topic = topics::gateway_topic(publish.topic.as_str());
         let topic = topics::classify(publish.topic.as_str());
