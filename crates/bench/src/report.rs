@@ -131,6 +131,10 @@ pub struct Second {
     pub counters: Counters,
     pub server_cpu_percent: Option<f64>,
     pub server_rss_bytes: Option<u64>,
+    /// Fleetwire's own p99 from PUBLISH read to PUBACK written in this second, as the bound of its bucket
+    /// (`fleetwire_mqtt_puback_seconds`, scraped every second): what of the client's p99 was the server's.
+    /// Only in the report's timeline, not in the live progress line.
+    pub server_puback_p99_le_ms: Option<f64>,
 }
 
 impl Second {

@@ -1,7 +1,7 @@
 //! The driver of a bench run: prepare the server (devices, profile), run the fleet in this process or in
 //! worker processes, print progress every second, merge the results, verify, and build the [`Report`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -170,6 +170,10 @@ pub async fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report> {
     results.sort_by_key(|r| r.first_slot);
 
     let mut report = agg.finish(scenario, &results, rss_baseline, rss_at_go);
+    let server_p99 = log_scrapes.per_second().await;
+    for second in &mut report.timeline {
+        second.server_puback_p99_le_ms = server_p99.get(&(second.t_s as u64)).copied();
+    }
     report.server_log = log_scrapes.finish().await;
     if scenario.verify && report.totals.acked > 0 {
         if let (Some(start), Some(end)) = (report.ts_min_ms, report.ts_max_ms) {
@@ -236,11 +240,15 @@ pub async fn run(scenario: &Scenario, options: &RunOptions) -> Result<Report> {
     Ok(report)
 }
 
-/// The two scrapes of the server's log figures, spawned so that the progress loop does not wait for them.
+/// The scrapes of the server's own figures, spawned so that the progress loop does not wait for them: one at
+/// the end of the warm-up and one at the end of the measured window, for the run's figures, and one every
+/// load second, for the timeline's.
 struct LogScrapes {
     addr: Option<std::net::SocketAddr>,
     start: Option<(Instant, tokio::task::JoinHandle<Option<LogSnapshot>>)>,
     end: Option<(Instant, tokio::task::JoinHandle<Option<LogSnapshot>>)>,
+    /// Keyed by the timeline's load second that the scrape closes.
+    every_second: Vec<(u64, tokio::task::JoinHandle<Option<LogSnapshot>>)>,
 }
 
 impl LogScrapes {
@@ -249,6 +257,7 @@ impl LogScrapes {
             addr,
             start: None,
             end: None,
+            every_second: Vec::new(),
         }
     }
 
@@ -258,6 +267,10 @@ impl LogScrapes {
         let (Some(addr), Some(load)) = (self.addr, load) else {
             return;
         };
+        // The same second as the aggregator's bucket for this tick.
+        let second = (load.as_millis() as u64).div_ceil(1000).max(1);
+        self.every_second
+            .push((second, tokio::spawn(server_log::scrape(addr))));
         let load_s = load.as_secs_f64();
         let slot = if self.start.is_none() && load_s >= scenario.warmup_s {
             &mut self.start
@@ -270,6 +283,23 @@ impl LogScrapes {
             return;
         };
         *slot = Some((Instant::now(), tokio::spawn(server_log::scrape(addr))));
+    }
+
+    /// The server's own p99 from PUBLISH read to PUBACK written in each load second, from the scrapes either
+    /// side of it (none for a second whose scrape failed, or from a server that does not count it).
+    async fn per_second(&mut self) -> BTreeMap<u64, f64> {
+        let mut p99 = BTreeMap::new();
+        let mut previous: Option<LogSnapshot> = None;
+        for (second, scrape) in self.every_second.drain(..) {
+            let snapshot = scrape.await.ok().flatten();
+            if let (Some(before), Some(after)) = (&previous, &snapshot) {
+                if let Some(bound) = server_log::puback_p99_le_ms(before, after) {
+                    p99.insert(second, bound);
+                }
+            }
+            previous = snapshot;
+        }
+        p99
     }
 
     /// Waits for both scrapes; the end one is taken now if the run ended before a progress tick saw the
@@ -611,6 +641,7 @@ impl Aggregator {
             counters: total,
             server_cpu_percent: server.as_ref().map(|s| s.cpu_percent),
             server_rss_bytes: server.as_ref().map(|s| s.rss_bytes),
+            server_puback_p99_le_ms: None,
         };
         if let Some(sample) = server {
             self.rss_max = self.rss_max.max(Some(sample.rss_bytes));
@@ -766,6 +797,7 @@ impl Aggregator {
                     counters,
                     server_cpu_percent: b.server.as_ref().map(|s| s.cpu_percent),
                     server_rss_bytes: b.server.as_ref().map(|s| s.rss_bytes),
+                    server_puback_p99_le_ms: None,
                 }
             })
             .collect()

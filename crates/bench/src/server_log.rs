@@ -160,6 +160,16 @@ impl ServerLog {
     }
 }
 
+/// The server's p99 from PUBLISH read to PUBACK written between two scrapes, as its bucket's bound in
+/// milliseconds; `None` without PUBACKs in between, past the last bound, or from a server that does not count
+/// them.
+pub fn puback_p99_le_ms(start: &LogSnapshot, end: &LogSnapshot) -> Option<f64> {
+    if end.puback.buckets.is_empty() {
+        return None;
+    }
+    quantiles(&start.puback, &end.puback)?.p99_le_ms
+}
+
 fn quantiles(start: &Histogram, end: &Histogram) -> Option<BucketQuantiles> {
     if start.buckets.len() != end.buckets.len() {
         return None;
@@ -270,6 +280,17 @@ mod tests {
         assert_eq!(puback.p50_le_ms, Some(1.0));
         assert_eq!(puback.p99_le_ms, Some(5.0));
         assert_eq!(puback.max_le_ms, Some(10.0));
+        // The same between two scrapes a second apart, for the timeline; nothing from a server that does
+        // not count it, or in a second without PUBACKs.
+        let snapshot = |commits, counts| parse(&with_puback(plain(commits), counts, 0.0)).unwrap();
+        let (before, after) = (
+            snapshot(0, [50, 50, 50, 50]),
+            snapshot(1, [200, 248, 250, 250]),
+        );
+        assert_eq!(puback_p99_le_ms(&before, &after), Some(5.0));
+        assert_eq!(puback_p99_le_ms(&after, &after), None);
+        let (plain_before, plain_after) = (parse(&plain(0)).unwrap(), parse(&plain(1)).unwrap());
+        assert_eq!(puback_p99_le_ms(&plain_before, &plain_after), None);
     }
 
     #[test]

@@ -79,6 +79,17 @@ fn a_five_second_run_of_200_devices_stores_every_acknowledged_point() {
     assert!(log["fsync"]["count"].as_u64().unwrap() > 0, "{log}");
     assert!(log["durable_wait"]["count"].as_u64().unwrap() > 0, "{log}");
     assert!(log["durable_wait"]["p99_le_ms"].as_f64().is_some(), "{log}");
+    // And its own time from each PUBLISH read to the PUBACK written, over the window and second by second.
+    let puback = &log["puback"];
+    assert!(puback["count"].as_u64().unwrap() > 0, "{log}");
+    assert!(puback["p99_le_ms"].as_f64().is_some(), "{log}");
+    let seconds_with_server_p99 = report["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["server_puback_p99_le_ms"].as_f64().is_some())
+        .count();
+    assert!(seconds_with_server_p99 >= 3, "{report}");
 }
 
 #[test]
