@@ -5,9 +5,10 @@
 //! server, or a core that was not free for the generator or the kernel; these figures tell them apart run
 //! by run.
 //!
-//! The server's histograms have fixed buckets (50 µs to 10 s, roughly 1-2.5-5 per decade), so a quantile
-//! is reported as the bucket bound it falls under ("≤ 2.5 ms"), never interpolated. A server without these
-//! metrics (the null server, mosquitto) gives no figures, and the run goes on without them.
+//! The server's histograms have fixed buckets (the log's 50 µs to 10 s, roughly 1-2.5-5 per decade; the
+//! PUBACK's 1 ms wide from 3 to 10 ms), so a quantile is reported as the bucket bound it falls under
+//! ("≤ 2.5 ms"), never interpolated. A server without these metrics (the null server, mosquitto) gives no
+//! figures, and the run goes on without them.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -64,7 +65,7 @@ pub struct ServerLog {
     /// Per commit, how long its oldest record waited from append to durable (the window, the write and the
     /// sync), the log's share of an acknowledgement's latency.
     pub durable_wait: BucketQuantiles,
-    /// Per QoS 1 PUBLISH, from the server's read of it to the write of its PUBACK: the server's share, the
+    /// Per acknowledged PUBLISH, from the server's read of it to the write of its PUBACK: the server's share, the
     /// log's included (`None` from a server without `fleetwire_mqtt_puback_seconds`).
     pub puback: Option<BucketQuantiles>,
 }

@@ -293,7 +293,7 @@ const PUBACK_BUCKETS: usize = PUBACK_BOUNDS_US.len() + 1;
 static PUBACK_COUNTS: [AtomicU64; PUBACK_BUCKETS] = zeros();
 static PUBACK_SUM_US: AtomicU64 = AtomicU64::new(0);
 
-/// `publishes` QoS 1 PUBLISHes were answered `us` microseconds after the read that brought them: the
+/// `publishes` PUBLISHes (QoS 1, or 2) got their PUBACKs `us` microseconds after the read that brought them: the
 /// server's own share of an acknowledgement's latency (the log's commit included; the time the bytes
 /// waited in the socket before the read, and the client's side, not).
 pub fn pubacks_written(us: u64, publishes: u64) {
