@@ -184,8 +184,8 @@ struct Conn<'a> {
     idle_limit_ms: u32,
     /// Whether `idle_limit_ms` comes from the client's Keep Alive (closing says 0x8D) or is the default.
     keep_alive: bool,
-    /// QoS 1 PUBLISHes in the current batch, and when the first of them was read ([`batch_clock_us`]), for
-    /// `fleetwire_mqtt_puback_seconds`.
+    /// PUBLISHes in the current batch that get a PUBACK (QoS 1 or 2), and when the first of them was read
+    /// ([`batch_clock_us`]), for `fleetwire_mqtt_puback_seconds`.
     batch_acks: u16,
     batch_read_us: u32,
 }
@@ -527,7 +527,7 @@ impl Conn<'_> {
         written
     }
 
-    /// The batch's `acks` QoS 1 PUBLISHes have their PUBACKs written: counted in
+    /// The batch's `acks` PUBLISHes (QoS 1 or 2) have their PUBACKs written: counted in
     /// `fleetwire_mqtt_puback_seconds`, from the read of the first of them.
     fn pubacks_written(&self, acks: u16) {
         if acks > 0 {
