@@ -76,11 +76,15 @@ fn run() -> anyhow::Result<()> {
             if let Some(dir) = data_dir {
                 config.data_dir = dir;
             }
+            let slice_us = config.runtime.latency_slice_us;
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .thread_name("fleetwire")
+                .on_thread_start(move || fleetwire_server::serve::set_thread_slice(slice_us))
                 .build()
                 .context("starting the async runtime")?;
+            // Not on this thread, which `block_on` leaves waiting for the stop signal: the threads it starts
+            // (the processors) would inherit the slice.
             runtime
                 .block_on(fleetwire_server::serve::serve(config))
                 .context("serving")

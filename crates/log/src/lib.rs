@@ -64,6 +64,7 @@ mod log;
 mod partition;
 mod reader;
 mod recovery;
+pub mod sched;
 pub mod segment;
 mod stats;
 mod sync_pool;

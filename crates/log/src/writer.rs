@@ -391,6 +391,8 @@ fn preallocate_bytes(config: &LogConfig) -> u64 {
 /// waiters get an error instead of waiting for a commit that will never come.
 pub(crate) fn run(shared: Arc<Shared>, actives: Vec<ActiveSegment>) {
     set_own_nice(shared.config.writer_nice);
+    // After the nice value, which the slice request keeps.
+    set_own_slice(shared.config.writer_slice_us);
     if catch_unwind(AssertUnwindSafe(|| run_loop(&shared, actives))).is_err() {
         shared.poison("ingest log writer thread panicked".to_string());
     }
@@ -412,6 +414,26 @@ fn set_own_nice(nice: i32) {
     }
 }
 
+/// Asks for the writer's time slice (0: leaves it alone); says what came of it once, at debug when the
+/// kernel has no custom slices.
+pub(crate) fn set_own_slice(slice_us: u32) {
+    match crate::sched::set_own_slice(slice_us) {
+        Ok(crate::sched::Slice::Set(us)) => {
+            tracing::debug!(slice_us = us, "ingest log thread time slice set")
+        }
+        Ok(crate::sched::Slice::Ignored) => {
+            tracing::debug!(
+                slice_us,
+                "this kernel keeps its own time slice for the ingest log's threads"
+            )
+        }
+        Ok(crate::sched::Slice::Default) => {}
+        Err(e) => {
+            tracing::info!(slice_us, error = %e, "the ingest log's threads keep the kernel's time slice")
+        }
+    }
+}
+
 /// The writer loop. `actives[p]` is partition p's active segment.
 fn run_loop(shared: &Shared, mut actives: Vec<ActiveSegment>) {
     for active in &mut actives {
@@ -422,7 +444,7 @@ fn run_loop(shared: &Shared, mut actives: Vec<ActiveSegment>) {
     // Bytes of each partition's part of the batch already in its segment: a commit that ran out of
     // space resumes from here, so nothing is written twice.
     let mut written = vec![0usize; actives.len()];
-    let mut sync_pool = SyncPool::new();
+    let mut sync_pool = SyncPool::new(shared.config.writer_slice_us);
     // Every sequence number up to the queue's last one has its frame in the queue or in an
     // earlier batch, so a batch holds exactly the records after the previous batch's last seq.
     let mut previous_last_seq = 0;

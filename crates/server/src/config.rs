@@ -45,7 +45,17 @@ pub struct Config {
     pub log: LogConfig,
     pub tsdb: TsdbConfig,
     pub activity: ActivityConfig,
+    pub runtime: RuntimeConfig,
     pub rate_limits: RateLimitsConfig,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuntimeConfig {
+    /// The time slice, in microseconds, that the threads every acknowledgement waits on ask the kernel for:
+    /// the async runtime's threads (connections, HTTP) and the ingest log's writer (Linux 6.12 and later;
+    /// older kernels ignore it). 0 leaves the kernel's default; otherwise 100 to 100000.
+    pub latency_slice_us: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -310,6 +320,7 @@ impl Default for Config {
             log: LogConfig::default(),
             tsdb: TsdbConfig::default(),
             activity: ActivityConfig::default(),
+            runtime: RuntimeConfig::default(),
             rate_limits: RateLimitsConfig::default(),
         }
     }
@@ -474,6 +485,9 @@ impl Config {
         if let Some(v) = get("FLEETWIRE_LOG_DISK_FREE_MIN_BYTES") {
             self.log.disk_free_min_bytes = parsed("FLEETWIRE_LOG_DISK_FREE_MIN_BYTES", v)?;
         }
+        if let Some(v) = get("FLEETWIRE_RUNTIME_LATENCY_SLICE_US") {
+            self.runtime.latency_slice_us = parsed("FLEETWIRE_RUNTIME_LATENCY_SLICE_US", v)?;
+        }
         if let Some(v) = get("FLEETWIRE_DATA_DIR") {
             self.data_dir = PathBuf::from(v);
         }
@@ -536,6 +550,10 @@ impl Config {
         }
         if !(-20..=19).contains(&self.log.writer_nice) {
             return bad("log.writer_nice must be between -20 and 19");
+        }
+        let slice = self.runtime.latency_slice_us;
+        if slice != 0 && !(100..=100_000).contains(&slice) {
+            return bad("runtime.latency_slice_us must be 0 (the kernel's default) or between 100 and 100000");
         }
         if self.log.segment_bytes_max < 1 << 20 {
             return bad("log.segment_bytes_max must be at least 1 MiB");
@@ -608,6 +626,20 @@ mod tests {
         assert_eq!(c.mqtt.port, 1999);
         assert_eq!(c.mqtt.packet_bytes_max, 65536);
         assert_eq!(c.http.port, 8080);
+    }
+
+    #[test]
+    fn a_latency_slice_is_off_or_in_the_kernels_range() {
+        for ok in [0, 100, 200, 100_000] {
+            let c = parse(&format!("[runtime]\nlatency_slice_us = {ok}\n"), "test").unwrap();
+            assert_eq!(c.runtime.latency_slice_us, ok);
+            c.validate().unwrap();
+        }
+        for bad in [1, 99, 100_001] {
+            let c = parse(&format!("[runtime]\nlatency_slice_us = {bad}\n"), "test").unwrap();
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains("runtime.latency_slice_us"), "{err}");
+        }
     }
 
     #[test]

@@ -149,3 +149,26 @@ async fn shutdown_signal() {
         _ = term => {}
     }
 }
+
+/// Asks for the configured time slice (`runtime.latency_slice_us`, see `fleetwire_log::sched`) for the calling
+/// thread: the binary calls it on each of the async runtime's threads as it starts. Says once what came of it.
+pub fn set_thread_slice(slice_us: u32) {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    let outcome = fleetwire_log::sched::set_own_slice(slice_us);
+    SAID.call_once(|| match outcome {
+        Ok(fleetwire_log::sched::Slice::Set(us)) => {
+            tracing::info!(
+                slice_us = us,
+                "runtime and log writer threads ask for a short time slice"
+            )
+        }
+        Ok(fleetwire_log::sched::Slice::Ignored) => {
+            tracing::info!(
+                slice_us,
+                "this kernel keeps its own time slice (custom slices need Linux 6.12)"
+            )
+        }
+        Ok(fleetwire_log::sched::Slice::Default) => {}
+        Err(e) => tracing::info!(slice_us, error = %e, "threads keep the kernel's time slice"),
+    });
+}

@@ -101,6 +101,11 @@ impl Server {
         unreachable!("the last attempt panics")
     }
 
+    /// The server process's id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// SIGKILLs the server (no shutdown hook runs) and waits for it to be gone.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

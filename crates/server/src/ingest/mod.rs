@@ -150,6 +150,7 @@ impl Ingest {
         log_options.segment_bytes_max = config.log.segment_bytes_max;
         log_options.group_commit_max_delay_us = config.log.group_commit_max_delay_us;
         log_options.writer_nice = i32::from(config.log.writer_nice);
+        log_options.writer_slice_us = config.runtime.latency_slice_us;
         // An encoded record is smaller than the JSON it came from, plus a few bytes per key: any body the
         // HTTP limit admits, and any MQTT packet, fits.
         let record_bytes_max =
