@@ -4,37 +4,7 @@
 mod common;
 
 use common::Server;
-
-/// `struct sched_attr` up to `sched_period`, as `sched_getattr` fills it.
-#[repr(C)]
-#[derive(Default)]
-struct SchedAttr {
-    size: u32,
-    sched_policy: u32,
-    sched_flags: u64,
-    sched_nice: i32,
-    sched_priority: u32,
-    sched_runtime: u64,
-    sched_deadline: u64,
-    sched_period: u64,
-}
-
-/// The time slice (ns) of thread `tid`.
-fn slice_ns(tid: libc::c_long) -> u64 {
-    let mut attr = SchedAttr::default();
-    // SAFETY: `attr` is a live, writable struct of the 48 bytes passed as its size.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_sched_getattr,
-            tid,
-            &mut attr as *mut SchedAttr,
-            48,
-            0,
-        )
-    };
-    assert_eq!(rc, 0, "sched_getattr: {}", std::io::Error::last_os_error());
-    attr.sched_runtime
-}
+use fleetwire_log::sched::{set_own_slice, thread_slice, Slice};
 
 /// (thread name, slice in ns) of every thread of process `pid` but its main thread, which waits for the
 /// stop signal and starts the processors (a thread starts with the slice of the one that starts it).
@@ -45,21 +15,23 @@ fn threads(pid: u32) -> Vec<(String, u64)> {
         let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else {
             continue;
         };
-        let tid: libc::c_long = dir.file_name().unwrap().to_str().unwrap().parse().unwrap();
-        if tid == libc::c_long::from(pid) {
+        let tid: u32 = dir.file_name().unwrap().to_str().unwrap().parse().unwrap();
+        if tid == pid {
             continue;
         }
-        out.push((comm.trim().to_string(), slice_ns(tid)));
+        let (slice_ns, _) = thread_slice(tid).unwrap().unwrap();
+        out.push((comm.trim().to_string(), slice_ns));
     }
     out
 }
 
 #[test]
 fn runtime_and_log_writer_threads_get_the_configured_slice() {
-    // Whether this kernel keeps custom slices (Linux 6.12+): a 300 us request on a thread of the test's own.
-    let supported = std::thread::spawn(|| probe_slice() == Some(300_000))
+    // Whether this kernel keeps custom slices (Linux 6.12+): a request on a thread of the test's own.
+    let supported = std::thread::spawn(|| set_own_slice(300).unwrap())
         .join()
-        .unwrap();
+        .unwrap()
+        == Slice::Set(300);
     let server = Server::start_with_env(&[("FLEETWIRE_RUNTIME_LATENCY_SLICE_US", "300")]);
     let threads = threads(server.pid().unwrap());
     let slice_of = |name: &str| -> Vec<u64> {
@@ -86,31 +58,4 @@ fn runtime_and_log_writer_threads_get_the_configured_slice() {
             "this kernel has no custom time slices; the server runs with its own: {threads:?}"
         );
     }
-}
-
-/// Asks for a 300 us slice on the calling thread and returns the slice the kernel then reports.
-fn probe_slice() -> Option<u64> {
-    let mut attr = SchedAttr::default();
-    // SAFETY: as in `slice_ns`, for the calling thread (pid 0).
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_sched_getattr,
-            0,
-            &mut attr as *mut SchedAttr,
-            48,
-            0,
-        )
-    };
-    if rc != 0 {
-        return None;
-    }
-    attr.size = 48;
-    attr.sched_flags = 0;
-    attr.sched_runtime = 300_000;
-    // SAFETY: `attr` is a live struct whose size field (48) says how much of it the kernel reads.
-    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
-    if rc != 0 {
-        return None;
-    }
-    Some(slice_ns(0))
 }

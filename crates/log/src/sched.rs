@@ -64,18 +64,24 @@ pub fn set_own_slice(slice_us: u32) -> io::Result<Slice> {
     imp::set_own_slice(slice_us)
 }
 
+/// The time slice, in nanoseconds, and the nice value of thread `tid` (0: the calling thread), as the
+/// kernel reports them; `None` where this is not Linux.
+pub fn thread_slice(tid: u32) -> io::Result<Option<(u64, i32)>> {
+    imp::thread_slice(tid)
+}
+
 #[cfg(target_os = "linux")]
 mod imp {
     use super::*;
 
-    fn get() -> io::Result<SchedAttr> {
+    fn get(tid: u32) -> io::Result<SchedAttr> {
         let mut attr = SchedAttr::default();
         // SAFETY: `attr` is a live, writable `sched_attr` of `SCHED_ATTR_SIZE_VER0` bytes, which is the size
-        // passed; pid 0 is the calling thread.
+        // passed; `tid` names a thread (0: the calling one), and a wrong one is an error, not a write.
         let rc = unsafe {
             libc::syscall(
                 libc::SYS_sched_getattr,
-                0,
+                libc::c_long::from(tid),
                 &mut attr as *mut SchedAttr,
                 SCHED_ATTR_SIZE_VER0,
                 0,
@@ -87,8 +93,13 @@ mod imp {
         Ok(attr)
     }
 
+    pub(super) fn thread_slice(tid: u32) -> io::Result<Option<(u64, i32)>> {
+        let attr = get(tid)?;
+        Ok(Some((attr.sched_runtime, attr.sched_nice)))
+    }
+
     pub(super) fn set_own_slice(slice_us: u32) -> io::Result<Slice> {
-        let mut attr = get()?;
+        let mut attr = get(0)?;
         if attr.sched_policy != SCHED_OTHER && attr.sched_policy != SCHED_BATCH {
             return Ok(Slice::Ignored);
         }
@@ -107,7 +118,7 @@ mod imp {
         }
         // A kernel with custom slices reports the one asked for (clamped to its range); one without
         // reports its own.
-        let now = get()?.sched_runtime;
+        let now = get(0)?.sched_runtime;
         Ok(if now == wanted_ns.clamp(SLICE_MIN_NS, SLICE_MAX_NS) {
             Slice::Set(u32::try_from(now / 1_000).unwrap_or(u32::MAX))
         } else {
@@ -122,5 +133,40 @@ mod imp {
 
     pub(super) fn set_own_slice(_slice_us: u32) -> io::Result<Slice> {
         Ok(Slice::Default)
+    }
+
+    pub(super) fn thread_slice(_tid: u32) -> io::Result<Option<(u64, i32)>> {
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slice_of_zero_leaves_the_kernels_default() {
+        std::thread::spawn(|| {
+            let before = thread_slice(0).unwrap();
+            assert_eq!(set_own_slice(0).unwrap(), Slice::Default);
+            assert_eq!(thread_slice(0).unwrap(), before);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_slice_request_keeps_the_threads_nice_value() {
+        std::thread::spawn(|| {
+            let before = thread_slice(0).unwrap();
+            let outcome = set_own_slice(500).unwrap();
+            let after = thread_slice(0).unwrap();
+            assert_eq!(after.map(|(_, nice)| nice), before.map(|(_, nice)| nice));
+            if outcome == Slice::Set(500) {
+                assert_eq!(after.map(|(ns, _)| ns), Some(500_000));
+            }
+        })
+        .join()
+        .unwrap();
     }
 }
