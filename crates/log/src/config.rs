@@ -65,7 +65,7 @@ pub struct LogConfig {
     /// an `RLIMIT_NICE` that allows it; without either the writer keeps the process's nice value and says so
     /// once. 0 leaves it alone.
     pub writer_nice: i32,
-    /// The time slice, in microseconds, the writer thread (and its `fdatasync` helpers) ask the kernel for
+    /// The time slice, in microseconds, the writer thread (and so its `fdatasync` helpers) ask the kernel for
     /// (see [`crate::sched`]): shorter than the default, a writer that wakes on busy cores gets one at once.
     /// 0 leaves the kernel's default.
     pub writer_slice_us: u32,

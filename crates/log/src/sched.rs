@@ -13,36 +13,6 @@
 
 use std::io;
 
-/// Linux's `struct sched_attr` up to `sched_period` (`SCHED_ATTR_SIZE_VER0`): the utilization clamps
-/// after it are left as they are.
-#[cfg(target_os = "linux")]
-#[repr(C)]
-#[derive(Default)]
-struct SchedAttr {
-    size: u32,
-    sched_policy: u32,
-    sched_flags: u64,
-    sched_nice: i32,
-    sched_priority: u32,
-    sched_runtime: u64,
-    sched_deadline: u64,
-    sched_period: u64,
-}
-
-#[cfg(target_os = "linux")]
-const SCHED_ATTR_SIZE_VER0: u32 = 48;
-#[cfg(target_os = "linux")]
-const SCHED_OTHER: u32 = 0;
-#[cfg(target_os = "linux")]
-const SCHED_BATCH: u32 = 3;
-#[cfg(target_os = "linux")]
-const SCHED_FLAG_RESET_ON_FORK: u64 = 0x01;
-/// The range the kernel clamps a custom slice to.
-#[cfg(target_os = "linux")]
-const SLICE_MIN_NS: u64 = 100_000;
-#[cfg(target_os = "linux")]
-const SLICE_MAX_NS: u64 = 100_000_000;
-
 /// What became of a request for a time slice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Slice {
@@ -73,6 +43,29 @@ pub fn thread_slice(tid: u32) -> io::Result<Option<(u64, i32)>> {
 #[cfg(target_os = "linux")]
 mod imp {
     use super::*;
+
+    /// Linux's `struct sched_attr` up to `sched_period` (`SCHED_ATTR_SIZE_VER0`): the utilization clamps
+    /// after it are left as they are.
+    #[repr(C)]
+    #[derive(Default)]
+    struct SchedAttr {
+        size: u32,
+        sched_policy: u32,
+        sched_flags: u64,
+        sched_nice: i32,
+        sched_priority: u32,
+        sched_runtime: u64,
+        sched_deadline: u64,
+        sched_period: u64,
+    }
+
+    const SCHED_ATTR_SIZE_VER0: u32 = 48;
+    const SCHED_OTHER: u32 = 0;
+    const SCHED_BATCH: u32 = 3;
+    const SCHED_FLAG_RESET_ON_FORK: u64 = 0x01;
+    /// The range the kernel clamps a custom slice to.
+    const SLICE_MIN_NS: u64 = 100_000;
+    const SLICE_MAX_NS: u64 = 100_000_000;
 
     fn get(tid: u32) -> io::Result<SchedAttr> {
         let mut attr = SchedAttr::default();

@@ -17,18 +17,17 @@ pub(crate) struct SyncPool {
     jobs: Vec<Sender<(usize, Arc<File>)>>,
     done: Receiver<(usize, io::Result<()>)>,
     done_tx: Sender<(usize, io::Result<()>)>,
-    /// The time slice the helpers ask for, as the writer does (`LogConfig::writer_slice_us`).
-    slice_us: u32,
 }
 
 impl SyncPool {
-    pub(crate) fn new(slice_us: u32) -> SyncPool {
+    /// A pool whose helpers, started by the writer thread, run at its nice value and time slice (a thread
+    /// starts with those of the thread that starts it).
+    pub(crate) fn new() -> SyncPool {
         let (done_tx, done) = mpsc::channel();
         SyncPool {
             jobs: Vec::new(),
             done,
             done_tx,
-            slice_us,
         }
     }
 
@@ -37,11 +36,9 @@ impl SyncPool {
         while self.jobs.len() < threads {
             let (tx, rx) = mpsc::channel::<(usize, Arc<File>)>();
             let done = self.done_tx.clone();
-            let slice_us = self.slice_us;
             std::thread::Builder::new()
                 .name("fleetwire-log-sync".into())
                 .spawn(move || {
-                    crate::writer::set_own_slice(slice_us);
                     // Ends when the pool (the writer) drops its sender.
                     while let Ok((i, file)) = rx.recv() {
                         if done.send((i, file.sync_data())).is_err() {
@@ -94,7 +91,7 @@ mod tests {
             .map(|i| ActiveSegment::create(dir.path(), i * 1000).unwrap())
             .collect();
         let all: Vec<&ActiveSegment> = segments.iter().collect();
-        let mut pool = SyncPool::new(0);
+        let mut pool = SyncPool::new();
         pool.sync_all(&all).unwrap();
         assert_eq!(pool.jobs.len(), 3);
         pool.sync_all(&all).unwrap();

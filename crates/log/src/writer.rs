@@ -414,9 +414,9 @@ fn set_own_nice(nice: i32) {
     }
 }
 
-/// Asks for the writer's time slice (0: leaves it alone); says what came of it once, at debug when the
-/// kernel has no custom slices.
-pub(crate) fn set_own_slice(slice_us: u32) {
+/// Asks for the writer's time slice (0: leaves it alone), which its `fdatasync` helpers inherit; says what
+/// came of it, at debug when the kernel has no custom slices.
+fn set_own_slice(slice_us: u32) {
     match crate::sched::set_own_slice(slice_us) {
         Ok(crate::sched::Slice::Set(us)) => {
             tracing::debug!(slice_us = us, "ingest log thread time slice set")
@@ -444,7 +444,7 @@ fn run_loop(shared: &Shared, mut actives: Vec<ActiveSegment>) {
     // Bytes of each partition's part of the batch already in its segment: a commit that ran out of
     // space resumes from here, so nothing is written twice.
     let mut written = vec![0usize; actives.len()];
-    let mut sync_pool = SyncPool::new(shared.config.writer_slice_us);
+    let mut sync_pool = SyncPool::new();
     // Every sequence number up to the queue's last one has its frame in the queue or in an
     // earlier batch, so a batch holds exactly the records after the previous batch's last seq.
     let mut previous_last_seq = 0;
