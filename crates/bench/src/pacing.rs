@@ -61,6 +61,70 @@ impl Schedule {
     }
 }
 
+/// The whole fleet's open-loop messages in due order, restricted to one slice of devices: what a
+/// process's pacer walks to wake each device when its next message is due, instead of every device
+/// keeping a timer of its own (a timer per message costs tokio's wheel a registration and an expiry;
+/// one pacer ticking every millisecond costs a wake-up per message). The due times are
+/// [`Schedule::due`]'s own, so a device woken for message `k` finds it due by its own reckoning.
+#[derive(Debug, Clone)]
+pub struct FleetCursor {
+    devices: u32,
+    rate_per_s: f64,
+    first_slot: u32,
+    count: u32,
+    /// The fleet-wide number of the next message to hand out: device `next % devices`, its message
+    /// `next / devices`.
+    next: u64,
+}
+
+impl FleetCursor {
+    /// The messages of devices `first_slot .. first_slot + count` of a fleet of `devices` sending
+    /// `rate_per_s` in total, from the first.
+    pub fn new(devices: u32, rate_per_s: f64, first_slot: u32, count: u32) -> FleetCursor {
+        let devices = devices.max(1);
+        let first_slot = first_slot.min(devices);
+        FleetCursor {
+            devices,
+            rate_per_s,
+            first_slot,
+            count: count.min(devices - first_slot),
+            next: u64::from(first_slot),
+        }
+    }
+
+    /// Calls `due(slot)` once for every message of the slice due at or before `elapsed` since the
+    /// start that was not handed out before, in due order.
+    pub fn advance(&mut self, elapsed: Duration, mut due: impl FnMut(u32)) {
+        if self.count == 0 {
+            return;
+        }
+        let devices = u64::from(self.devices);
+        let end = u64::from(self.first_slot) + u64::from(self.count);
+        loop {
+            let slot = self.next % devices;
+            let first = u64::from(self.first_slot);
+            if slot < first {
+                // Before the slice (a round starts at device 0): on to its first device.
+                self.next += first - slot;
+                continue;
+            }
+            if slot >= end {
+                // Past the slice: on to its first device in the next round.
+                self.next += devices - slot + first;
+                continue;
+            }
+            let schedule = Schedule::new(slot as u32, self.devices, self.rate_per_s);
+            match schedule.due(self.next / devices) {
+                Some(at) if at <= elapsed => {
+                    due(slot as u32);
+                    self.next += 1;
+                }
+                _ => return,
+            }
+        }
+    }
+}
+
 /// How early an open-loop message may leave. tokio's timer fires on whole-millisecond ticks, rounding a
 /// deadline up to the next one, so a device that sleeps until a message is due wakes up to a millisecond
 /// after it, and a tick's worth of devices then send one after the other (measured at 50k msg/s: send lag
@@ -200,6 +264,67 @@ mod tests {
                 pair[1]
             );
         }
+    }
+
+    /// Every message of every device in the slice, each once, exactly when `Schedule` says it is due.
+    #[test]
+    fn the_cursor_hands_out_each_message_of_the_slice_once_when_due() {
+        let (devices, rate_per_s) = (10u32, 1_000.0);
+        for (first_slot, count) in [(0, 10), (0, 4), (3, 4), (7, 3), (9, 1)] {
+            let mut cursor = FleetCursor::new(devices, rate_per_s, first_slot, count);
+            let mut handed: Vec<(u32, u64)> = Vec::new();
+            let mut per_slot = vec![0u64; devices as usize];
+            // Uneven steps, some shorter than the gap between messages, some many gaps long.
+            let mut elapsed = Duration::ZERO;
+            for step_us in [0u64, 300, 700, 1_000, 2_500, 13, 40_000, 999, 1]
+                .iter()
+                .cycle()
+                .take(60)
+            {
+                elapsed += Duration::from_micros(*step_us);
+                cursor.advance(elapsed, |slot| {
+                    let k = per_slot[slot as usize];
+                    per_slot[slot as usize] += 1;
+                    handed.push((slot, k));
+                });
+                // Whatever is due by now has been handed out, and nothing later.
+                for slot in first_slot..first_slot + count {
+                    let schedule = Schedule::new(slot, devices, rate_per_s);
+                    let k = per_slot[slot as usize];
+                    assert!(
+                        schedule.due(k).unwrap() > elapsed,
+                        "slot {slot} message {k} overdue"
+                    );
+                    if k > 0 {
+                        assert!(schedule.due(k - 1).unwrap() <= elapsed);
+                    }
+                }
+            }
+            // Several rounds of the fleet went by.
+            assert!(
+                handed.len() >= 20 * count as usize,
+                "{first_slot}+{count}: {}",
+                handed.len()
+            );
+            assert!(
+                handed
+                    .iter()
+                    .all(|(slot, _)| (first_slot..first_slot + count).contains(slot)),
+                "{first_slot}+{count}: {handed:?}"
+            );
+            // In due order.
+            let dues: Vec<Duration> = handed
+                .iter()
+                .map(|&(slot, k)| Schedule::new(slot, devices, rate_per_s).due(k).unwrap())
+                .collect();
+            assert!(dues.windows(2).all(|w| w[0] <= w[1]));
+        }
+        // An empty slice, or one past the fleet, hands out nothing.
+        let mut none = 0;
+        FleetCursor::new(10, 1_000.0, 4, 0).advance(Duration::from_secs(5), |_| none += 1);
+        FleetCursor::new(10, 1_000.0, 12, 5).advance(Duration::from_secs(5), |_| none += 1);
+        FleetCursor::new(10, 0.0, 0, 10).advance(Duration::from_secs(5), |_| none += 1);
+        assert_eq!(none, 0);
     }
 
     #[test]

@@ -162,7 +162,7 @@ async fn connection(
         }
         if open_loop {
             let lag = now.saturating_duration_since(due).as_micros() as u64;
-            shared.record_send_lags(d.slot, &[lag]);
+            shared.record_send_lags(&[lag]);
         }
         body.clear();
         let ts = d.clock.next();
@@ -185,7 +185,7 @@ async fn connection(
                 d.acked += 1;
                 shared.acked.fetch_add(1, Ordering::Relaxed);
                 let micros = reference.elapsed().as_micros() as u64;
-                shared.record_latencies(d.slot, &[micros]);
+                shared.record_latencies(&[micros]);
             }
             Ok(Ok((status, _))) => shared.refusal(status),
             Ok(Err(e)) => {
