@@ -20,9 +20,19 @@ pub fn cpu_seconds() -> Option<f64> {
     Some(ticks as f64 / USER_HZ)
 }
 
-/// Open file descriptors (sockets included), if `/proc/self/fd` can be listed.
+/// Open file descriptors (sockets included), if `/proc/self/fd` says.
+///
+/// Linux 6.2 and later give the count as the directory's size, read in microseconds. Older kernels
+/// report a size of 0, and the directory is listed instead: about 10 ms for 10,000 connections
+/// (measured here), time the scrape's runtime thread would take from the connections on it, once per
+/// scrape. The listing's own descriptor is not counted.
 pub fn open_fds() -> Option<u64> {
-    Some(std::fs::read_dir("/proc/self/fd").ok()?.count() as u64)
+    let size = std::fs::metadata("/proc/self/fd").ok()?.len();
+    if size > 0 {
+        return Some(size);
+    }
+    let listed = std::fs::read_dir("/proc/self/fd").ok()?.count() as u64;
+    Some(listed.saturating_sub(1))
 }
 
 /// `VmRSS:    1234 kB` → bytes.
@@ -77,5 +87,26 @@ mod tests {
             assert!(rss_bytes().is_some_and(|b| b > 0));
             assert!(cpu_seconds().is_some());
         }
+    }
+
+    /// Open descriptors: counted, and the count follows 300 more files (other tests in this process open
+    /// and close files meanwhile, hence the margin).
+    #[test]
+    fn open_descriptors_are_counted() {
+        if !cfg!(target_os = "linux") {
+            return;
+        }
+        let before = open_fds().expect("/proc/self/fd");
+        assert!(before >= 3, "{before}");
+        let dir = tempfile::tempdir().unwrap();
+        let files: Vec<std::fs::File> = (0..300)
+            .map(|i| std::fs::File::create(dir.path().join(i.to_string())).unwrap())
+            .collect();
+        let during = open_fds().expect("/proc/self/fd");
+        assert!(
+            during.abs_diff(before + 300) < 100,
+            "{before} before, {during} with 300 more"
+        );
+        drop(files);
     }
 }
