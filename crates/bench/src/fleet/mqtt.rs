@@ -224,8 +224,8 @@ impl Device {
         let schedule = open_loop_rate(&s).map(|rate| Schedule::new(self.slot, s.devices, rate));
         // Open loop: a device with nothing in flight at the stop leaves when its next message would
         // have been due, so that the fleet's DISCONNECTs are spread out like its messages. All at the
-        // stop instant, the server's work for ten thousand of them held the last acknowledgements of
-        // the run (one interval before the stop, up to 0.2 s late).
+        // stop instant, the server's work for ten thousand of them held the run's last acknowledgements
+        // (measured: the last second's maximum latency 159-226 ms, against 6-13 ms spread out).
         let leave_at = schedule
             .as_ref()
             .and_then(|schedule| {
