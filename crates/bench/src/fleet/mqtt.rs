@@ -260,11 +260,10 @@ impl Device {
         // Open loop: the slice's pacer notifies this device when its next message is due, so the
         // timer is left for the stop and the pings.
         let shared = self.shared.clone();
-        let pace = schedule.as_ref().and_then(|_| {
-            shared
-                .pace
-                .get((self.slot - shared.slice.first_slot) as usize)
-        });
+        // (`pace` is empty unless the loop is open, so there is no schedule to check as well.)
+        let pace = shared
+            .pace
+            .get((self.slot - shared.slice.first_slot) as usize);
         let unpaced = Notify::new();
         let notify = pace.unwrap_or(&unpaced);
         let notified = notify.notified();
