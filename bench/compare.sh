@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Side by side, in one run: the same workload against the null server (the box's limit), mosquitto
-# (routes only, persistence off) and Fleetwire (stores everything, fsync'd), RUNS times each, interleaved,
-# then the medians and the ratios.
+# Side by side, in one run: the same workload against the null server (the box's limit), the durable
+# null server (null-fsync: PUBACK only after a group-committed fdatasync of the payloads, the least any
+# durable server does), mosquitto (routes only, persistence off) and Fleetwire (stores everything,
+# fsync'd), RUNS times each, interleaved, then the medians and the ratios.
 #
 #   bench/compare.sh [--runs N] [--out DIR] [-- fleetwire bench flags]
 #
@@ -48,6 +49,13 @@ for run in $(seq 1 "$RUNS"); do
   stop_pid "$NULL_PID"; NULL_PID=
 
   port=$(free_port)
+  rm -rf "$WORK/journal"
+  start_null_durable "$port" "$WORK/null-fsync.log" "$WORK/journal"
+  bench null-fsync "$run" "$port" "$NULL_PID" --no-verify
+  stop_pid "$NULL_PID"; NULL_PID=
+  rm -rf "$WORK/journal"
+
+  port=$(free_port)
   start_mosquitto "$port" "$WORK"
   bench mosquitto "$run" "$port" "$MOSQ_PID" --no-verify
   stop_pid "$MOSQ_PID"; MOSQ_PID=
@@ -63,7 +71,7 @@ python3 - "$OUT" "$RUNS" <<'PY'
 import json, statistics, sys
 out, runs = sys.argv[1], int(sys.argv[2])
 rows = {}
-for name in ("null", "mosquitto", "fleetwire"):
+for name in ("null", "null-fsync", "mosquitto", "fleetwire"):
     reports = [json.load(open(f"{out}/{name}-{r}.json")) for r in range(1, runs + 1)]
     rate = statistics.median(r["measured"]["messages_per_s"] for r in reports)
     p99 = statistics.median(r["latency"]["p99_ms"] for r in reports)
@@ -83,6 +91,7 @@ for name in ("null", "mosquitto", "fleetwire"):
                   "generator_cpu_us_per_message": us(reports, "generator")}
 ratios = {
     "fleetwire/null": rows["fleetwire"]["messages_per_s"] / rows["null"]["messages_per_s"],
+    "fleetwire/null-fsync": rows["fleetwire"]["messages_per_s"] / rows["null-fsync"]["messages_per_s"],
     "mosquitto/null": rows["mosquitto"]["messages_per_s"] / rows["null"]["messages_per_s"],
     "fleetwire/mosquitto": rows["fleetwire"]["messages_per_s"] / rows["mosquitto"]["messages_per_s"],
 }

@@ -65,6 +65,14 @@ start_null() {
   wait_tcp 127.0.0.1 "$1" 10
 }
 
+# start_null_durable PORT LOG DIR: the durable null server (PUBACK after an fdatasync of the payloads
+# to a file in DIR, 1 ms group commit like Fleetwire's log), sets NULL_PID. The ring file is zero-filled first.
+start_null_durable() {
+  "$FLEETWIRE" bench null-server --bind "127.0.0.1:$1" --fsync-dir "$3" >"$2" 2>&1 &
+  NULL_PID=$!
+  wait_tcp 127.0.0.1 "$1" 30
+}
+
 # start_mosquitto PORT DIR: mosquitto 2 with persistence off (it routes, it does not store), sets MOSQ_PID.
 start_mosquitto() {
   if ! command -v mosquitto >/dev/null; then

@@ -10,6 +10,7 @@ use clap::{Args, Subcommand};
 
 use crate::error::{Error, Result};
 use crate::fsync_probe::{self, ProbeOptions};
+use crate::null_journal::Journal;
 use crate::null_server::{self, NullServerStats};
 use crate::query::{self, QueryOptions};
 use crate::run::{self, RunOptions};
@@ -32,6 +33,17 @@ pub enum BenchCommand {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:1884")]
         bind: SocketAddr,
+        /// Make it the durable null server: PUBLISH payloads are group-committed to a file in this
+        /// directory (`fdatasync`) before they are acknowledged, and nothing else is done with them.
+        #[arg(long)]
+        fsync_dir: Option<PathBuf>,
+        /// The durable null server's commit window, counted from the previous commit's start (Fleetwire's
+        /// log defaults to the same 1,000 µs).
+        #[arg(long, default_value_t = 1000, requires = "fsync_dir")]
+        commit_window_us: u64,
+        /// Size of the durable null server's file, written as zeros at start and then reused as a ring.
+        #[arg(long, default_value_t = 256, requires = "fsync_dir")]
+        ring_mib: u64,
     },
     /// Query latency: one day of 1 s data for one key, read back as 1-minute averages.
     Query {
@@ -249,12 +261,38 @@ impl RunArgs {
 /// Runs `fleetwire bench`; Ok(false) means the run completed but failed (missing points, nothing acked).
 pub async fn main(args: BenchArgs) -> Result<bool> {
     match args.command {
-        Some(BenchCommand::NullServer { bind }) => {
+        Some(BenchCommand::NullServer {
+            bind,
+            fsync_dir,
+            commit_window_us,
+            ring_mib,
+        }) => {
+            let journal = match fsync_dir {
+                Some(dir) => {
+                    let window = Duration::from_micros(commit_window_us);
+                    let ring_bytes = ring_mib.saturating_mul(1024 * 1024);
+                    let journal = tokio::task::spawn_blocking(move || {
+                        Journal::open(&dir, ring_bytes, window).map_err(|e| {
+                            Error::io(format!("opening a journal in {}", dir.display()), e)
+                        })
+                    })
+                    .await
+                    .map_err(|e| Error::Worker(format!("opening the journal: {e}")))??;
+                    Some(Arc::new(journal))
+                }
+                None => None,
+            };
             let listener = tokio::net::TcpListener::bind(bind)
                 .await
                 .map_err(|e| Error::io(format!("binding {bind}"), e))?;
-            eprintln!("null server listening on {bind}");
-            null_server::serve(listener, Arc::new(NullServerStats::default()))
+            match &journal {
+                Some(journal) => eprintln!(
+                    "durable null server listening on {bind}, journal {} ({commit_window_us} µs window)",
+                    journal.path().display()
+                ),
+                None => eprintln!("null server listening on {bind}"),
+            }
+            null_server::serve(listener, Arc::new(NullServerStats::default()), journal)
                 .await
                 .map_err(|e| Error::io("null server", e))?;
             Ok(true)

@@ -11,6 +11,7 @@ pub mod error;
 pub mod fleet;
 pub mod fsync_probe;
 pub mod http;
+pub mod null_journal;
 pub mod null_server;
 pub mod pacing;
 pub mod payload;

@@ -5,6 +5,10 @@
 //! It is kept as cheap as the real server's I/O path and no cheaper: one task per connection, a 64 KiB
 //! read buffer, every complete packet of a read decoded, all answers of that read encoded into one buffer
 //! and written with a single `write_all`. No storage, no routing, no authentication.
+//!
+//! With a journal (`--fsync-dir`) it is the *durable* null server: the payloads of a read's PUBLISHes are
+//! appended to a group-committed file (see `null_journal`) and the read's answers wait until they are on
+//! disk, so a bench against it measures what the box makes any fsync-acknowledging server pay.
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +19,8 @@ use bytes::BytesMut;
 use fleetwire_mqtt::{decode, encode, ConnAck, Packet, Protocol, PubAck, QoS, SubAck, UnsubAck};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+use crate::null_journal::Journal;
 
 /// Read buffer size, and the room made before each read.
 const READ_BYTES: usize = 64 * 1024;
@@ -48,9 +54,19 @@ impl NullServerStats {
 /// PUBCOMP), PINGREQ with PINGRESP, SUBSCRIBE with SUBACK granting the requested QoS, UNSUBSCRIBE with
 /// UNSUBACK, and closes on DISCONNECT or any error.
 ///
+/// With a `journal`, the answers to a read that carried PUBLISHes are written only once their payloads are
+/// on disk.
+///
 /// Running out of file descriptors is waited out rather than returned, since a fleet bench may push the
 /// box to that limit on purpose.
-pub async fn serve(listener: TcpListener, stats: Arc<NullServerStats>) -> io::Result<()> {
+pub async fn serve(
+    listener: TcpListener,
+    stats: Arc<NullServerStats>,
+    journal: Option<Arc<Journal>>,
+) -> io::Result<()> {
+    if let Some(journal) = &journal {
+        tokio::spawn(journal.dispatch());
+    }
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _peer)) => stream,
@@ -68,8 +84,9 @@ pub async fn serve(listener: TcpListener, stats: Arc<NullServerStats>) -> io::Re
         stats.connections.fetch_add(1, Ordering::Relaxed);
         stats.connections_open.fetch_add(1, Ordering::Relaxed);
         let stats = Arc::clone(&stats);
+        let journal = journal.clone();
         tokio::spawn(async move {
-            if let Err(e) = connection(stream, &stats).await {
+            if let Err(e) = connection(stream, &stats, journal.as_deref()).await {
                 tracing::debug!(error = %e, "null server connection ended");
             }
             stats.connections_open.fetch_sub(1, Ordering::Relaxed);
@@ -97,12 +114,19 @@ enum Next {
     Close,
 }
 
-/// One connection: read, answer every complete packet, write the answers once, until the client leaves.
-async fn connection(mut stream: TcpStream, stats: &NullServerStats) -> io::Result<()> {
+/// One connection: read, answer every complete packet, write the answers once (after the read's
+/// PUBLISHes are durable, with a journal), until the client leaves.
+async fn connection(
+    mut stream: TcpStream,
+    stats: &NullServerStats,
+    journal: Option<&Journal>,
+) -> io::Result<()> {
     // Answers are small and written at once: Nagle would only delay them.
     stream.set_nodelay(true)?;
     let mut buf = BytesMut::with_capacity(READ_BYTES);
     let mut out = BytesMut::with_capacity(READ_BYTES / 4);
+    // The payloads of one read's PUBLISHes, for the journal (left empty without one).
+    let mut records = Vec::new();
     // Unknown until CONNECT, whose own header carries its version.
     let mut protocol: Option<Protocol> = None;
     loop {
@@ -120,10 +144,16 @@ async fn connection(mut stream: TcpStream, stats: &NullServerStats) -> io::Resul
             .fetch_add(read_bytes as u64, Ordering::Relaxed);
 
         let mut publishes = 0u64;
-        let next = answer(&mut buf, &mut protocol, &mut out, &mut publishes);
+        let keep = journal.is_some().then_some(&mut records);
+        let next = answer(&mut buf, &mut protocol, &mut out, &mut publishes, keep);
         // One atomic add per read, not per packet: these counters are shared by every connection.
         if publishes > 0 {
             stats.publishes.fetch_add(publishes, Ordering::Relaxed);
+            if let Some(journal) = journal {
+                let seq = journal.append(&records, publishes);
+                records.clear();
+                journal.durable(seq).await?;
+            }
         }
         if !out.is_empty() {
             stream.write_all(&out).await?;
@@ -137,12 +167,14 @@ async fn connection(mut stream: TcpStream, stats: &NullServerStats) -> io::Resul
     }
 }
 
-/// Decodes every complete packet in `buf` and appends the answers to `out`.
+/// Decodes every complete packet in `buf` and appends the answers to `out`, and each PUBLISH's payload,
+/// behind its length, to `records` if given.
 fn answer(
     buf: &mut BytesMut,
     protocol: &mut Option<Protocol>,
     out: &mut BytesMut,
     publishes: &mut u64,
+    mut records: Option<&mut Vec<u8>>,
 ) -> io::Result<Next> {
     loop {
         // Before CONNECT any version decodes the CONNECT itself (it carries its own level), and nothing
@@ -164,6 +196,11 @@ fn answer(
         let reply = match packet {
             Packet::Publish(publish) => {
                 *publishes += 1;
+                if let Some(records) = records.as_deref_mut() {
+                    // Payloads are at most PACKET_BYTES_MAX, which fits in a u32.
+                    records.extend_from_slice(&(publish.payload.len() as u32).to_le_bytes());
+                    records.extend_from_slice(&publish.payload);
+                }
                 match publish.qos {
                     QoS::AtMostOnce => None,
                     QoS::AtLeastOnce => Some(Packet::PubAck(PubAck::new(publish.pkid))),
@@ -211,10 +248,16 @@ mod tests {
     use fleetwire_mqtt::{Connect, ConnectProperties, Publish, Subscribe, SubscribeFilter, Topic};
 
     async fn start() -> (std::net::SocketAddr, Arc<NullServerStats>) {
+        start_with(None).await
+    }
+
+    async fn start_with(
+        journal: Option<Arc<Journal>>,
+    ) -> (std::net::SocketAddr, Arc<NullServerStats>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let stats = NullServerStats::new();
-        tokio::spawn(serve(listener, Arc::clone(&stats)));
+        tokio::spawn(serve(listener, Arc::clone(&stats), journal));
         (addr, stats)
     }
 
@@ -266,7 +309,11 @@ mod tests {
     }
 
     async fn publishes_are_acknowledged(protocol: Protocol) {
-        let (addr, stats) = start().await;
+        publishes_are_acknowledged_by(protocol, None).await;
+    }
+
+    async fn publishes_are_acknowledged_by(protocol: Protocol, journal: Option<Arc<Journal>>) {
+        let (addr, stats) = start_with(journal).await;
         let (mut stream, mut buf) = handshake(addr, protocol).await;
         let mut out = BytesMut::new();
         for pkid in 1..=100u16 {
@@ -301,6 +348,25 @@ mod tests {
     #[tokio::test]
     async fn publishes_are_acknowledged_in_5() {
         publishes_are_acknowledged(Protocol::V5).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_durable_null_server_acknowledges_what_its_journal_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Arc::new(
+            Journal::open(dir.path(), 1 << 20, std::time::Duration::from_millis(1)).unwrap(),
+        );
+        publishes_are_acknowledged_by(Protocol::V311, Some(Arc::clone(&journal))).await;
+        // Every PUBACK came after its payload was synced: all 100 are in the journal, behind their lengths.
+        let stats = journal.stats();
+        assert_eq!(stats.records.load(Ordering::Relaxed), 100);
+        assert!(stats.commits.load(Ordering::Relaxed) >= 1);
+        let payload = b"{\"batteryLevel\":50}";
+        let mut record = (payload.len() as u32).to_le_bytes().to_vec();
+        record.extend_from_slice(payload);
+        let on_disk = std::fs::read(journal.path()).unwrap();
+        assert_eq!(on_disk[..record.len() * 100], record.repeat(100));
+        assert!(on_disk[record.len() * 100..].iter().all(|&b| b == 0));
     }
 
     #[tokio::test]
