@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Everything on docs/performance.md, in one go (about 35 minutes on the 2-core box):
-#   1. side by side: null server, mosquitto, Fleetwire, canonical workload, 3 runs (bench/compare.sh)
+# Everything on docs/performance.md, in one go (about 40 minutes on the 2-core box):
+#   1. side by side: null server, durable null server, mosquitto, Fleetwire, canonical workload, 3 runs
+#      (bench/compare.sh)
 #   2. sustained maximum: one Fleetwire, 3 runs of 45 s warm-up (heads fill and sealing starts) + 30 s
 #   3. PUBACK latency at 50k msg/s (half-load.toml), 3 runs, on the same warm server, after 30 s of the
 #      disk's own flush latency (fleetwire bench fsync-probe)
