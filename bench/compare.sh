@@ -22,38 +22,14 @@ while (($#)); do
     *) echo "usage: $0 [--runs N] [--out DIR] [-- bench flags]" >&2; exit 2 ;;
   esac
 done
-mkdir -p "$OUT"
-ensure_binary
-WORK="$(mktemp -d)"
-cleanup() {
-  for pid in ${NULL_PID:-} ${MOSQ_PID:-} ${FW_PID:-}; do stop_pid "$pid"; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+bench_setup
 
-bench() { # name run port pid extra...
-  local name=$1 run=$2 port=$3 pid=$4
-  shift 4
-  echo "== $name, run $run" >&2
-  "$FLEETWIRE" bench --mqtt-port "$port" --server-pid "$pid" --json "$@" ${ARGS[@]+"${ARGS[@]}"} \
-    >"$OUT/$name-$run.json" 2> >(grep -v '^ *[0-9]*s ' >&2) || {
-    echo "$name run $run failed" >&2
-    return 1
-  }
+bench() { # name run port pid extra...: bench_json with the flags given to this script last
+  bench_json "$@" ${ARGS[@]+"${ARGS[@]}"}
 }
 
 for run in $(seq 1 "$RUNS"); do
-  port=$(free_port)
-  start_null "$port" "$WORK/null.log"
-  bench null "$run" "$port" "$NULL_PID" --no-verify
-  stop_pid "$NULL_PID"; NULL_PID=
-
-  port=$(free_port)
-  rm -rf "$WORK/journal"
-  start_null_durable "$port" "$WORK/null-fsync.log" "$WORK/journal"
-  bench null-fsync "$run" "$port" "$NULL_PID" --no-verify
-  stop_pid "$NULL_PID"; NULL_PID=
-  rm -rf "$WORK/journal"
+  bench_null_servers "$run" "$WORK" ${ARGS[@]+"${ARGS[@]}"}
 
   port=$(free_port)
   start_mosquitto "$port" "$WORK"

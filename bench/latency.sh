@@ -20,26 +20,8 @@ while (($#)); do
     *) echo "usage: $0 [--runs N] [--out DIR]" >&2; exit 2 ;;
   esac
 done
-mkdir -p "$OUT"
-ensure_binary
-WORK="$(mktemp -d)"
-cleanup() {
-  for pid in ${NULL_PID:-} ${FW_PID:-}; do stop_pid "$pid"; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+bench_setup
 SCENARIO="$ROOT/bench/scenarios/half-load.toml"
-
-bench() { # name run port pid extra...
-  local name=$1 run=$2 port=$3 pid=$4
-  shift 4
-  echo "== $name, run $run" >&2
-  "$FLEETWIRE" bench --mqtt-port "$port" --server-pid "$pid" --json --scenario "$SCENARIO" "$@" \
-    >"$OUT/$name-$run.json" 2> >(grep -v '^ *[0-9]*s ' >&2) || {
-    echo "$name run $run failed" >&2
-    return 1
-  }
-}
 
 probe() {
   mkdir -p "$WORK/probe"
@@ -50,22 +32,13 @@ probe() {
 
 probe before
 for run in $(seq 1 "$RUNS"); do
-  port=$(free_port)
-  start_null "$port" "$WORK/null.log"
-  bench null "$run" "$port" "$NULL_PID" --no-verify
-  stop_pid "$NULL_PID"; NULL_PID=
-
-  port=$(free_port)
-  start_null_durable "$port" "$WORK/null-fsync.log" "$WORK/journal"
-  bench null-fsync "$run" "$port" "$NULL_PID" --no-verify
-  stop_pid "$NULL_PID"; NULL_PID=
-  rm -rf "$WORK/journal"
+  bench_null_servers "$run" "$WORK" --scenario "$SCENARIO"
 
   mqtt=$(free_port); http=$(free_port)
   start_fleetwire "$WORK/data" "$mqtt" "$http" "$WORK/fleetwire.log"
   "$FLEETWIRE" bench --mqtt-port "$mqtt" --http-port "$http" --scenario "$SCENARIO" \
     --prepare-only --create-devices >/dev/null
-  bench fleetwire "$run" "$mqtt" "$FW_PID" --http-port "$http"
+  bench_json fleetwire "$run" "$mqtt" "$FW_PID" --http-port "$http" --scenario "$SCENARIO"
   stop_pid "$FW_PID"; FW_PID=
   rm -rf "$WORK/data"
 done

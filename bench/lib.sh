@@ -73,6 +73,51 @@ start_null_durable() {
   wait_tcp 127.0.0.1 "$1" 30
 }
 
+# bench_setup: makes $OUT, builds the binary if it is missing, makes the scratch directory $WORK, and on exit
+# stops every server the scripts started (NULL_PID, MOSQ_PID, FW_PID) and removes $WORK.
+bench_setup() {
+  mkdir -p "$OUT"
+  ensure_binary
+  WORK="$(mktemp -d)"
+  trap bench_cleanup EXIT
+}
+
+bench_cleanup() {
+  for pid in ${NULL_PID:-} ${MOSQ_PID:-} ${FW_PID:-}; do stop_pid "$pid"; done
+  rm -rf "$WORK"
+}
+
+# bench_json NAME RUN PORT PID [flags...]: one `fleetwire bench --json` run against 127.0.0.1:PORT (the
+# server's pid for its /proc figures), its report to $OUT/NAME-RUN.json, the per-second lines dropped.
+bench_json() {
+  local name=$1 run=$2 port=$3 pid=$4
+  shift 4
+  echo "== $name, run $run" >&2
+  "$FLEETWIRE" bench --mqtt-port "$port" --server-pid "$pid" --json "$@" \
+    >"$OUT/$name-$run.json" 2> >(grep -v '^ *[0-9]*s ' >&2) || {
+    echo "$name run $run failed" >&2
+    return 1
+  }
+}
+
+# bench_null_servers RUN WORK [flags...]: one run each against a fresh null server and a fresh durable null
+# server (its ring file in WORK/journal, removed after), reports $OUT/null-RUN.json and $OUT/null-fsync-RUN.json.
+bench_null_servers() {
+  local run=$1 work=$2 port
+  shift 2
+  port=$(free_port)
+  start_null "$port" "$work/null.log"
+  bench_json null "$run" "$port" "$NULL_PID" --no-verify "$@"
+  stop_pid "$NULL_PID"; NULL_PID=
+
+  port=$(free_port)
+  rm -rf "$work/journal"
+  start_null_durable "$port" "$work/null-fsync.log" "$work/journal"
+  bench_json null-fsync "$run" "$port" "$NULL_PID" --no-verify "$@"
+  stop_pid "$NULL_PID"; NULL_PID=
+  rm -rf "$work/journal"
+}
+
 # start_mosquitto PORT DIR: mosquitto 2 with persistence off (it routes, it does not store), sets MOSQ_PID.
 start_mosquitto() {
   if ! command -v mosquitto >/dev/null; then
