@@ -29,7 +29,7 @@ bench() { # name run port pid extra...: bench_json with the flags given to this 
 }
 
 for run in $(seq 1 "$RUNS"); do
-  bench_null_servers "$run" "$WORK" ${ARGS[@]+"${ARGS[@]}"}
+  bench_null_servers "$run" ${ARGS[@]+"${ARGS[@]}"}
 
   port=$(free_port)
   start_mosquitto "$port" "$WORK"

@@ -32,7 +32,7 @@ probe() {
 
 probe before
 for run in $(seq 1 "$RUNS"); do
-  bench_null_servers "$run" "$WORK" --scenario "$SCENARIO"
+  bench_null_servers "$run" --scenario "$SCENARIO"
 
   mqtt=$(free_port); http=$(free_port)
   start_fleetwire "$WORK/data" "$mqtt" "$http" "$WORK/fleetwire.log"

@@ -100,22 +100,22 @@ bench_json() {
   }
 }
 
-# bench_null_servers RUN WORK [flags...]: one run each against a fresh null server and a fresh durable null
-# server (its ring file in WORK/journal, removed after), reports $OUT/null-RUN.json and $OUT/null-fsync-RUN.json.
+# bench_null_servers RUN [flags...]: one run each against a fresh null server and a fresh durable null server
+# (its ring file in $WORK/journal, removed after), reports $OUT/null-RUN.json and $OUT/null-fsync-RUN.json.
 bench_null_servers() {
-  local run=$1 work=$2 port
-  shift 2
+  local run=$1 port
+  shift
   port=$(free_port)
-  start_null "$port" "$work/null.log"
+  start_null "$port" "$WORK/null.log"
   bench_json null "$run" "$port" "$NULL_PID" --no-verify "$@"
   stop_pid "$NULL_PID"; NULL_PID=
 
   port=$(free_port)
-  rm -rf "$work/journal"
-  start_null_durable "$port" "$work/null-fsync.log" "$work/journal"
+  rm -rf "$WORK/journal"
+  start_null_durable "$port" "$WORK/null-fsync.log" "$WORK/journal"
   bench_json null-fsync "$run" "$port" "$NULL_PID" --no-verify "$@"
   stop_pid "$NULL_PID"; NULL_PID=
-  rm -rf "$work/journal"
+  rm -rf "$WORK/journal"
 }
 
 # start_mosquitto PORT DIR: mosquitto 2 with persistence off (it routes, it does not store), sets MOSQ_PID.
