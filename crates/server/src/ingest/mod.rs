@@ -214,6 +214,7 @@ impl Ingest {
                 shutdown: shutdown.clone(),
                 head_age_max: Duration::from_secs(config.tsdb.head_age_max_s),
                 head_log_bytes_max: head_log_bytes_max(config) / u64::from(partitions),
+                apply_interval: Duration::from_micros(u64::from(config.log.apply_interval_us)),
                 quiet_below: 0,
                 first_failed: None,
                 scratch: Vec::new(),

@@ -52,6 +52,10 @@ pub(super) struct Processor {
     pub head_age_max: Duration,
     /// Most log bytes of this partition that unsealed heads may pin.
     pub head_log_bytes_max: u64,
+    /// While caught up, the least time from the start of one batch of records to the start of the next
+    /// (`log.apply_interval_us`): the records of several commits are applied in one wake-up instead of one
+    /// per commit. Zero applies each commit as it comes.
+    pub apply_interval: Duration,
     /// Records below this offset had their events published before the processor started over from its
     /// checkpoint, so replaying them does not publish them again.
     pub quiet_below: u64,
@@ -145,6 +149,9 @@ impl Processor {
                 (CHECKPOINT_INTERVAL, 4096)
             };
             let mut applied = 0u64;
+            let batch_started = Instant::now();
+            // Whether the batch ended with everything durable applied (rather than at a checkpoint).
+            let mut caught_up = true;
             // Wall-clock time for alarm rules, read once per 256 records rather than per record.
             let mut now = now_ms();
             // Events queued before the records that follow them (a REST clear, then new data) are applied
@@ -168,6 +175,7 @@ impl Processor {
                 applied += 1;
                 if applied.is_multiple_of(records_between) && last_checkpoint.elapsed() >= interval
                 {
+                    caught_up = false;
                     break;
                 }
             }
@@ -220,6 +228,15 @@ impl Processor {
             }
             if applied == 0 {
                 self.log.wait_for_data(log_partition, offset, IDLE_WAIT)?;
+            } else if caught_up && !replaying {
+                // Caught up: let the next commits' records gather instead of waking for each commit. Every
+                // wake-up takes a core just as the commit's PUBACKs go out, and on a small machine the
+                // connections' threads then wait behind it (see `log.apply_interval_us`).
+                let next = batch_started + self.apply_interval;
+                let now = Instant::now();
+                if next > now {
+                    std::thread::sleep(next - now);
+                }
             }
         }
     }
