@@ -653,6 +653,19 @@ mod tests {
     }
 
     #[test]
+    fn the_apply_interval_is_at_most_a_tenth_of_a_second() {
+        assert_eq!(Config::default().log.apply_interval_us, 4000);
+        for ok in [0, 4000, 100_000] {
+            let c = parse(&format!("[log]\napply_interval_us = {ok}\n"), "test").unwrap();
+            assert_eq!(c.log.apply_interval_us, ok);
+            c.validate().unwrap();
+        }
+        let c = parse("[log]\napply_interval_us = 100001\n", "test").unwrap();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("log.apply_interval_us"), "{err}");
+    }
+
+    #[test]
     fn unknown_key_is_rejected() {
         let err = parse("[mqtt]\nprot = 1\n", "test").unwrap_err();
         assert!(err.to_string().contains("prot"), "{err}");

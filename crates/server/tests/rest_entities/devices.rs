@@ -468,3 +468,42 @@ async fn deleting_a_device_deletes_its_telemetry_and_attributes() {
     assert_eq!(attributes(kept, AttributeScope::Server).len(), 1);
     assert!(app.state.activity.is_active(kept));
 }
+
+/// A processor that has caught up waits `log.apply_interval_us` before its next batch; a read right after a
+/// save still waits for the save to be applied, so it sees it (here with a long interval, 50 ms, so that
+/// the later saves land while the processor sleeps).
+#[tokio::test]
+async fn a_read_right_after_a_save_sees_it_while_the_processor_waits_between_batches() {
+    let app = app_with(|c| c.log.apply_interval_us = 50_000);
+    let token = app.login(TENANT).await;
+    let device = app.create_device(&token, "meter").await;
+    let id = device["id"]["id"].as_str().unwrap().to_string();
+    let base = format!("/api/plugins/telemetry/DEVICE/{id}");
+    for round in 1..=3i64 {
+        let ts = round * 1_000;
+        let r = app
+            .send(
+                "POST",
+                &format!("{base}/timeseries/ANY"),
+                Some(&token),
+                Some(json!({"ts": ts, "values": {"reading": round}})),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        let r = app
+            .send(
+                "GET",
+                &format!("{base}/values/timeseries?keys=reading"),
+                Some(&token),
+                None,
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        assert_eq!(
+            r.body["reading"][0]["ts"],
+            json!(ts),
+            "round {round}: {}",
+            r.body
+        );
+    }
+}
