@@ -88,6 +88,8 @@ pub struct Reader {
     /// Bytes of the current segment starting at offset `buf_offset`.
     buf: Vec<u8>,
     buf_offset: u64,
+    /// Offset of the next record `peek_next` looks at (below `offset`: from `offset`).
+    peeked_to: u64,
 }
 
 impl Reader {
@@ -99,6 +101,7 @@ impl Reader {
             segment: None,
             buf: Vec::new(),
             buf_offset: offset,
+            peeked_to: offset,
         }
     }
 
@@ -156,6 +159,25 @@ impl Reader {
             }
             self.refill(wanted, limit)?;
         }
+    }
+
+    /// The payload of the next record after those already peeked (from the next record `next_record`
+    /// returns), and its offset, if it is already in the reader's buffer; `None` otherwise, without reading.
+    ///
+    /// For looking ahead (to start loading what a record will touch before it is applied), not for
+    /// applying: the payload's checksum is not verified, and a record not yet buffered is not read.
+    pub fn peek_next(&mut self) -> Option<(u64, &[u8])> {
+        let offset = self.peeked_to.max(self.offset);
+        let cursor = usize::try_from(offset - self.buf_offset).ok()?;
+        let header = self
+            .buf
+            .get(cursor..)?
+            .first_chunk::<{ frame::FRAME_HEADER_BYTES }>()?;
+        let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+        let start = cursor + frame::FRAME_HEADER_BYTES;
+        let payload = self.buf.get(start..start.checked_add(len)?)?;
+        self.peeked_to = offset + frame::frame_bytes(len) as u64;
+        Some((offset, payload))
     }
 
     /// Makes sure the open segment is the one holding `self.offset`.
@@ -344,6 +366,49 @@ mod tests {
         // Dropping is only about the cache: the records are read again, from disk.
         let mut again = log.reader(0, 0).unwrap();
         assert_eq!(read_all(&mut again), 3000);
+    }
+
+    #[test]
+    fn peeking_runs_ahead_of_reading_over_what_is_buffered_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = LogConfig::new(dir.path());
+        config.partition_count = 1;
+        let log = Log::open(config).unwrap();
+        let payloads: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; 10 + usize::from(i)]).collect();
+        let mut last = 0;
+        for payload in &payloads {
+            last = log.append(0, payload).unwrap();
+        }
+        log.wait_durable(last, Duration::from_secs(10)).unwrap();
+
+        let mut reader = log.reader(0, 0).unwrap();
+        // Nothing is buffered before the first read: a peek does not read.
+        assert_eq!(reader.peek_next(), None);
+        let first = reader.next_record().unwrap().unwrap();
+        assert_eq!(first.payload, payloads[0]);
+        let second_offset = first.next_offset;
+        // The rest came in with the first read; peeks walk it in order without moving the reader.
+        let (at, payload) = reader.peek_next().unwrap();
+        assert_eq!((at, payload), (second_offset, &payloads[1][..]));
+        let (third_offset, payload) = reader.peek_next().unwrap();
+        assert_eq!(payload, payloads[2]);
+        assert_eq!(reader.offset(), second_offset);
+        // Reading catches up with the peeks, and peeking goes on after them.
+        let second = reader.next_record().unwrap().unwrap();
+        assert_eq!(
+            (second.offset, second.payload),
+            (second_offset, &payloads[1][..])
+        );
+        let third = reader.next_record().unwrap().unwrap();
+        assert_eq!(third.offset, third_offset);
+        let fourth = reader.next_record().unwrap().unwrap();
+        assert_eq!(fourth.payload, payloads[3]);
+        // Reading past the peeks: peeking starts again from the next record to read.
+        assert_eq!(reader.peek_next().unwrap().1, payloads[4]);
+        assert_eq!(reader.peek_next(), None);
+        assert_eq!(reader.next_record().unwrap().unwrap().payload, payloads[4]);
+        assert!(reader.next_record().unwrap().is_none());
+        assert_eq!(reader.peek_next(), None);
     }
 
     #[test]

@@ -353,6 +353,17 @@ pub fn decode_telemetry_into(
     }
 }
 
+/// The entity of a telemetry record, read from its header alone (the rest is not decoded): `None` for a
+/// record of another kind or one too short to have an entity.
+pub fn telemetry_entity(bytes: &[u8]) -> Option<u128> {
+    match bytes {
+        [RECORD_VERSION, KIND_TELEMETRY, rest @ ..] => {
+            Some(u128::from_be_bytes(*rest.first_chunk::<16>()?))
+        }
+        _ => None,
+    }
+}
+
 /// Appends a telemetry record straight from parsed groups, without building a [`Record`].
 pub fn encode_telemetry(entity: u128, records: &[TsRecord], out: &mut Vec<u8>) {
     out.reserve(telemetry_len(records));
@@ -696,6 +707,33 @@ mod tests {
             key: key.to_owned(),
             value,
         }
+    }
+
+    #[test]
+    fn a_telemetry_records_entity_is_read_from_its_header_alone() {
+        let entity = 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210_u128;
+        let telemetry = encoded(&Record::Telemetry {
+            entity,
+            records: vec![TsRecord {
+                ts: 1,
+                kvs: vec![kv("t", Value::Long(1))],
+            }],
+        });
+        assert_eq!(telemetry_entity(&telemetry), Some(entity));
+        // Only the header is read: what follows it may be anything.
+        assert_eq!(telemetry_entity(&telemetry[..18]), Some(entity));
+        assert_eq!(telemetry_entity(&telemetry[..17]), None);
+        assert_eq!(telemetry_entity(&[]), None);
+        let attributes = encoded(&Record::Attributes {
+            entity,
+            scope: AttributeScope::Client,
+            ts: 1,
+            kvs: vec![kv("a", Value::Bool(true))],
+        });
+        assert_eq!(telemetry_entity(&attributes), None);
+        let mut newer = telemetry.clone();
+        newer[0] = RECORD_VERSION + 1;
+        assert_eq!(telemetry_entity(&newer), None);
     }
 
     #[test]

@@ -52,6 +52,13 @@ pub struct DeviceState {
 }
 
 impl DeviceState {
+    /// Starts loading what evaluating an input reads of this state (its values and counters) into the
+    /// cache. A hint only.
+    pub fn prefetch(&self) {
+        fleetwire_model::hint::prefetch(self.values.as_ptr());
+        fleetwire_model::hint::prefetch(self.counters.as_ptr());
+    }
+
     /// An empty state, seeded lazily on the first relevant input.
     pub fn new() -> DeviceState {
         DeviceState::default()

@@ -238,6 +238,28 @@ impl Tsdb {
         Ok(())
     }
 
+    /// Starts loading `entity`'s series (their keys and states) into the cache, for a write of it a few
+    /// records from now; then [`Tsdb::prefetch_heads`], a little later, its heads. A hint only.
+    pub fn prefetch_series(&self, entity: u128) {
+        if let Some(keys) = self.shard(entity).entities.get(&entity) {
+            if keys.len() <= PREFETCH_SERIES_MAX {
+                keys.prefetch();
+            }
+        }
+    }
+
+    /// Starts loading the ends of `entity`'s heads, where its next write goes (see
+    /// [`Tsdb::prefetch_series`]). A hint only.
+    pub fn prefetch_heads(&self, entity: u128) {
+        if let Some(keys) = self.shard(entity).entities.get(&entity) {
+            if keys.len() <= PREFETCH_SERIES_MAX {
+                for state in keys.values() {
+                    state.head.points.prefetch_tail();
+                }
+            }
+        }
+    }
+
     /// Writes one timestamp's values into the series of `keys` (one entity's), creating the missing ones:
     /// one key lookup per value once its series exists.
     fn apply_group(

@@ -216,6 +216,27 @@ impl AlarmRules {
     }
 
     /// Applies one input of `device` and writes the alarm transitions it causes.
+    /// Starts loading `device`'s tracked state, for an input a few records from now; then
+    /// [`AlarmRules::prefetch_state`], a little later, what evaluating it reads. A hint only.
+    pub fn prefetch_device(&self, device: Uuid) {
+        if let Some(Tracked {
+            rules: Some(with_rules),
+        }) = self.devices.get(&device)
+        {
+            fleetwire_model::hint::prefetch_object(&**with_rules);
+        }
+    }
+
+    /// See [`AlarmRules::prefetch_device`].
+    pub fn prefetch_state(&self, device: Uuid) {
+        if let Some(Tracked {
+            rules: Some(with_rules),
+        }) = self.devices.get(&device)
+        {
+            with_rules.state.prefetch();
+        }
+    }
+
     pub fn on_input(
         &mut self,
         tsdb: &Tsdb,

@@ -35,6 +35,14 @@ const SEAL_BUDGET: Duration = Duration::from_millis(250);
 /// Most groups, and entries per group, the decoding scratch keeps from one record to the next.
 const SCRATCH_GROUPS_MAX: usize = 16;
 const SCRATCH_ENTRIES_MAX: usize = 64;
+/// How many records ahead of the one it applies a processor starts loading a device's series (their keys
+/// and states) and alarm state, from the records already in its reader's buffer. A processor goes round
+/// the devices, so each record's state is cold; loaded in turn, each level waited for the one before
+/// (measured at half load: the processor's CPU by a third lower with this and [`HEADS_AHEAD`]).
+const LOOKAHEAD: usize = 8;
+/// How many records ahead the heads' ends and the alarm state's values are loaded: what the states loaded
+/// at [`LOOKAHEAD`] point to.
+const HEADS_AHEAD: usize = 3;
 /// How long the processor sleeps waiting for new records before doing housekeeping anyway.
 const IDLE_WAIT: Duration = Duration::from_millis(100);
 
@@ -137,6 +145,8 @@ impl Processor {
         let mut history: VecDeque<(Instant, u64)> = VecDeque::new();
         // Whether the last checkpoint left due heads unsealed (see SEAL_BUDGET).
         let mut seal_pending = false;
+        // (offset, telemetry entity) of the records peeked beyond the next one to apply.
+        let mut ahead: VecDeque<(u64, Option<u128>)> = VecDeque::with_capacity(LOOKAHEAD);
         loop {
             if self.tsdb.generation() != generation {
                 return Ok(Exit::StoreReopened);
@@ -157,7 +167,29 @@ impl Processor {
             // Events queued before the records that follow them (a REST clear, then new data) are applied
             // first.
             self.device_events(now);
-            while let Some(entry) = reader.next_record()? {
+            loop {
+                // Start loading what the records a few ahead will touch (see `LOOKAHEAD`).
+                while ahead.len() < LOOKAHEAD {
+                    let Some((at, payload)) = reader.peek_next() else {
+                        break;
+                    };
+                    let entity = record::telemetry_entity(payload);
+                    if let Some(entity) = entity {
+                        self.alarms.prefetch_device(Uuid::from_u128(entity));
+                        self.tsdb.prefetch_series(entity);
+                    }
+                    ahead.push_back((at, entity));
+                }
+                if let Some(&(_, Some(entity))) = ahead.get(HEADS_AHEAD) {
+                    self.tsdb.prefetch_heads(entity);
+                    self.alarms.prefetch_state(Uuid::from_u128(entity));
+                }
+                let Some(entry) = reader.next_record()? else {
+                    break;
+                };
+                while ahead.front().is_some_and(|&(at, _)| at <= entry.offset) {
+                    ahead.pop_front();
+                }
                 if applied.is_multiple_of(256) && applied > 0 {
                     now = now_ms();
                     self.alarms.flush_if_due(now);
