@@ -52,6 +52,14 @@ pub fn encode_into(buf: &mut Vec<u8>, payload: &[u8], crc: u32) {
     buf.extend_from_slice(payload);
 }
 
+/// The payload of the frame at the start of `buf` without checking its checksum, if the whole frame is
+/// in `buf`. Only for looking ahead at records that will be decoded (and checked) later.
+pub fn payload_unchecked(buf: &[u8]) -> Option<&[u8]> {
+    let (header, rest) = buf.split_first_chunk::<FRAME_HEADER_BYTES>()?;
+    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    rest.get(..len)
+}
+
 /// Decodes the frame at the start of `buf`.
 pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, ChecksumMismatch> {
     let Some((header, rest)) = buf.split_first_chunk::<FRAME_HEADER_BYTES>() else {

@@ -169,14 +169,8 @@ impl Reader {
     pub fn peek_next(&mut self) -> Option<(u64, &[u8])> {
         let offset = self.peeked_to.max(self.offset);
         let cursor = usize::try_from(offset - self.buf_offset).ok()?;
-        let header = self
-            .buf
-            .get(cursor..)?
-            .first_chunk::<{ frame::FRAME_HEADER_BYTES }>()?;
-        let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
-        let start = cursor + frame::FRAME_HEADER_BYTES;
-        let payload = self.buf.get(start..start.checked_add(len)?)?;
-        self.peeked_to = offset + frame::frame_bytes(len) as u64;
+        let payload = frame::payload_unchecked(self.buf.get(cursor..)?)?;
+        self.peeked_to = offset + frame::frame_bytes(payload.len()) as u64;
         Some((offset, payload))
     }
 
@@ -327,12 +321,16 @@ mod tests {
     use super::*;
     use crate::{Log, LogConfig};
 
+    fn one_partition_log(dir: &Path) -> Log {
+        let mut config = LogConfig::new(dir);
+        config.partition_count = 1;
+        Log::open(config).unwrap()
+    }
+
     #[test]
     fn read_pages_are_dropped_from_the_cache_in_whole_steps_and_stay_readable_from_disk() {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = LogConfig::new(dir.path());
-        config.partition_count = 1;
-        let log = Log::open(config).unwrap();
+        let log = one_partition_log(dir.path());
         let record = [5u8; 1000];
         let mut last = 0;
         for _ in 0..3000 {
@@ -371,9 +369,7 @@ mod tests {
     #[test]
     fn peeking_runs_ahead_of_reading_over_what_is_buffered_only() {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = LogConfig::new(dir.path());
-        config.partition_count = 1;
-        let log = Log::open(config).unwrap();
+        let log = one_partition_log(dir.path());
         let payloads: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; 10 + usize::from(i)]).collect();
         let mut last = 0;
         for payload in &payloads {
@@ -414,9 +410,7 @@ mod tests {
     #[test]
     fn reading_a_segment_leaves_its_access_time_alone() {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = LogConfig::new(dir.path());
-        config.partition_count = 1;
-        let log = Log::open(config).unwrap();
+        let log = one_partition_log(dir.path());
         let first = log.append(0, b"one").unwrap();
         log.wait_durable(first, Duration::from_secs(10)).unwrap();
         let mut reader = log.reader(0, 0).unwrap();
