@@ -215,7 +215,6 @@ impl AlarmRules {
         rules
     }
 
-    /// Applies one input of `device` and writes the alarm transitions it causes.
     /// Starts loading `device`'s tracked state, for an input a few records from now; then
     /// [`AlarmRules::prefetch_state`], a little later, what evaluating it reads. A hint only.
     pub fn prefetch_device(&self, device: Uuid) {
@@ -237,6 +236,7 @@ impl AlarmRules {
         }
     }
 
+    /// Applies one input of `device` and writes the alarm transitions it causes.
     pub fn on_input(
         &mut self,
         tsdb: &Tsdb,
