@@ -43,6 +43,8 @@ enum Command {
     },
 }
 
+mod heap;
+
 fn main() -> ExitCode {
     match run() {
         Ok(()) => ExitCode::SUCCESS,
@@ -75,6 +77,9 @@ fn run() -> anyhow::Result<()> {
             }
             if let Some(dir) = data_dir {
                 config.data_dir = dir;
+            }
+            if config.runtime.huge_pages {
+                heap::serve_with_huge_pages();
             }
             let slice_us = config.runtime.latency_slice_us;
             let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -49,13 +49,28 @@ pub struct Config {
     pub rate_limits: RateLimitsConfig,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RuntimeConfig {
     /// The time slice, in microseconds, that the threads every acknowledgement waits on ask the kernel for:
     /// the async runtime's threads (connections, HTTP) and the ingest log's writer (Linux 6.12 and later;
     /// older kernels ignore it). 0 leaves the kernel's default; otherwise 100 to 100000.
     pub latency_slice_us: u32,
+    /// Serve with the heap in transparent huge pages: `serve` starts itself again with glibc's malloc told
+    /// to use one arena, whose memory it advises the kernel to back with huge pages (glibc 2.35 and later,
+    /// with THP `madvise` or `always`; elsewhere nothing changes). The processors' state (series, heads,
+    /// alarm state) is read one device after another across hundreds of MB, and on this kind of VM each
+    /// record's objects cost page walks as much as cache misses.
+    pub huge_pages: bool,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            latency_slice_us: 0,
+            huge_pages: true,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -495,6 +510,9 @@ impl Config {
         if let Some(v) = get("FLEETWIRE_RUNTIME_LATENCY_SLICE_US") {
             self.runtime.latency_slice_us = parsed("FLEETWIRE_RUNTIME_LATENCY_SLICE_US", v)?;
         }
+        if let Some(v) = get("FLEETWIRE_RUNTIME_HUGE_PAGES") {
+            self.runtime.huge_pages = parsed("FLEETWIRE_RUNTIME_HUGE_PAGES", v)?;
+        }
         if let Some(v) = get("FLEETWIRE_DATA_DIR") {
             self.data_dir = PathBuf::from(v);
         }
@@ -678,12 +696,14 @@ mod tests {
             "FLEETWIRE_MQTT_PORT" => Some("11883".into()),
             "FLEETWIRE_DATA_DIR" => Some("/tmp/x".into()),
             "FLEETWIRE_DEMO" => Some("true".into()),
+            "FLEETWIRE_RUNTIME_HUGE_PAGES" => Some("false".into()),
             _ => None,
         })
         .unwrap();
         assert_eq!(c.mqtt.port, 11883);
         assert_eq!(c.data_dir, PathBuf::from("/tmp/x"));
         assert!(c.bootstrap.demo);
+        assert!(Config::default().runtime.huge_pages && !c.runtime.huge_pages);
         let err = c
             .apply_env(|k| (k == "FLEETWIRE_HTTP_PORT").then(|| "http".to_string()))
             .unwrap_err();
