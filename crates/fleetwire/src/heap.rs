@@ -3,9 +3,9 @@
 //! glibc reads its tunables once, as the process starts, so `serve` applies them by starting itself
 //! again: `exec` of its own executable with `GLIBC_TUNABLES` set, the same arguments and the same
 //! process id. `glibc.malloc.arena_max=1` puts every thread's allocations in the main arena, the one
-//! that `glibc.malloc.hugetlb=1` advises the kernel to back with huge pages as it grows (the arenas of
-//! other threads mostly stayed in 4 KiB pages: 18 of 558 MB in huge pages with the second tunable
-//! alone, 520 of 537 MB with both).
+//! that `glibc.malloc.hugetlb=1` advises the kernel to back with huge pages as it grows (with
+//! `hugetlb=1` alone the other threads' arenas stayed in 4 KiB pages: 18 of 558 MB in huge pages at the
+//! maximum rate; with both, 520 of 537 MB).
 
 /// The tunables `serve` runs with; a `GLIBC_TUNABLES` of the caller's own comes after them, so its
 /// values win.
