@@ -34,7 +34,7 @@ for r in 1 2 3; do
 done
 # The disk's own flush latency just before the latency runs, in the server's data directory while the server
 # is idle: a flush that stalls holds every acknowledgement waiting on it, whatever the server does
-# (docs/performance.md, "Twenty-ninth look").
+# (docs/performance-history.md, "Twenty-ninth look").
 "$FLEETWIRE" bench fsync-probe --dir "$WORK/data" --seconds 30 --json >"$OUT/fsync-probe.json" \
   || echo "fsync-probe: failed" >&2
 for r in 1 2 3; do

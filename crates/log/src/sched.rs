@@ -7,7 +7,7 @@
 //! for less at a time. That suits threads that wake for a few microseconds of work that others wait on,
 //! as the ingest log's writer and the server's connection threads do: at 50,000 msg/s on 2 cores shared with
 //! the load generator, a 200 µs slice for them lowered the PUBACK p50 and the server's own p99, but the
-//! client's p99 only in 13 of 23 interleaved pairs (docs/performance.md,
+//! client's p99 only in 13 of 23 interleaved pairs (docs/performance-history.md,
 //! "Thirty-second look"). Older kernels accept the request and ignore it. A thread starts with the slice of
 //! the thread that starts it, so a thread that spawns others should ask only after it has.
 
