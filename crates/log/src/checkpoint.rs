@@ -96,14 +96,29 @@ pub fn reclaim_segments(
     segments: &mut Vec<u64>,
     checkpoint: u64,
 ) -> Result<usize> {
+    let reclaimed = take_reclaimable(segments, checkpoint);
+    delete_segments(partition_dir, &reclaimed)
+}
+
+/// Takes out of `segments` (ascending) the bases of the segments that lie entirely below `checkpoint`,
+/// never the last one. The files stay: [`delete_segments`] removes them, and a caller that holds the
+/// partition's segment list locked calls it after letting go, so that the writer's next roll, which
+/// needs the list, does not wait for the disk.
+pub fn take_reclaimable(segments: &mut Vec<u64>, checkpoint: u64) -> Vec<u64> {
     let reclaimable = segments
         .windows(2)
         .take_while(|pair| pair[1] <= checkpoint)
         .count();
-    if reclaimable == 0 {
+    segments.drain(..reclaimable).collect()
+}
+
+/// Deletes the segment files with these bases (ones already gone are fine), then syncs the
+/// directory; returns how many there were.
+pub fn delete_segments(partition_dir: &Path, bases: &[u64]) -> Result<usize> {
+    if bases.is_empty() {
         return Ok(0);
     }
-    for base in segments.drain(..reclaimable) {
+    for &base in bases {
         let path = segment_path(partition_dir, base);
         match fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -115,7 +130,7 @@ pub fn reclaim_segments(
     // Deletions are synced so a crash cannot bring back an older segment while a newer deletion
     // stuck, which would leave a gap in the chain.
     sync_dir(partition_dir).map_err(|e| LogError::io(partition_dir, e))?;
-    Ok(reclaimable)
+    Ok(bases.len())
 }
 
 #[cfg(test)]
@@ -169,5 +184,26 @@ mod tests {
         );
         assert_eq!(segments, vec![200]);
         assert!(segment_path(dir.path(), 200).exists());
+    }
+
+    #[test]
+    fn taking_reclaimable_segments_leaves_their_files_to_delete_later() {
+        let dir = tempfile::tempdir().unwrap();
+        for base in [0u64, 100, 200, 300] {
+            fs::write(segment_path(dir.path(), base), b"FWLG").unwrap();
+        }
+        let mut segments = vec![0, 100, 200, 300];
+        let taken = take_reclaimable(&mut segments, 250);
+        assert_eq!(taken, vec![0, 100]);
+        assert_eq!(segments, vec![200, 300]);
+        assert!(segment_path(dir.path(), 0).exists(), "not deleted yet");
+        assert_eq!(delete_segments(dir.path(), &taken).unwrap(), 2);
+        assert!(!segment_path(dir.path(), 0).exists());
+        assert!(!segment_path(dir.path(), 100).exists());
+        assert!(segment_path(dir.path(), 200).exists());
+        // Already gone is fine; nothing to take is nothing to delete.
+        assert_eq!(delete_segments(dir.path(), &taken).unwrap(), 2);
+        assert!(take_reclaimable(&mut segments, 250).is_empty());
+        assert_eq!(delete_segments(dir.path(), &[]).unwrap(), 0);
     }
 }
