@@ -284,6 +284,13 @@ impl Report {
                     bucket_quantiles(puback)
                 );
             }
+            if let Some(wake) = &log.wake_delay {
+                let _ = writeln!(
+                    out,
+                    "server wake   commit reported to its waiters' scan {}",
+                    bucket_quantiles(wake)
+                );
+            }
         }
         match &self.verification {
             Some(v) => {

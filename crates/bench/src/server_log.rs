@@ -23,6 +23,7 @@ const FSYNC: &str = "fleetwire_log_fsync_seconds";
 const APPEND_WAIT: &str = "fleetwire_log_append_wait_seconds";
 const COMMITS: &str = "fleetwire_log_commits_total";
 const PUBACK: &str = "fleetwire_mqtt_puback_seconds";
+const WAKE_DELAY: &str = "fleetwire_ingest_wake_delay_seconds";
 /// A scrape that takes longer than this is given up: the figures are a diagnosis, not the measurement.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -40,6 +41,8 @@ pub struct LogSnapshot {
     append_wait: Histogram,
     /// Empty from a server that does not count it.
     puback: Histogram,
+    /// Likewise.
+    wake_delay: Histogram,
     commits: u64,
 }
 
@@ -68,6 +71,10 @@ pub struct ServerLog {
     /// Per acknowledged PUBLISH, from the server's read of it to the write of its PUBACK: the server's share, the
     /// log's included (`None` from a server without `fleetwire_mqtt_puback_seconds`).
     pub puback: Option<BucketQuantiles>,
+    /// Per scan for the waiters of new commits, from the first commit's report to the scan: how late the
+    /// server's runtime got to acknowledgements whose records were durable (`None` from a server without
+    /// `fleetwire_ingest_wake_delay_seconds`).
+    pub wake_delay: Option<BucketQuantiles>,
 }
 
 /// Scrapes `GET /metrics` at `addr`; `None` when the server does not answer or has no log metrics.
@@ -110,6 +117,7 @@ fn parse(text: &str) -> Option<LogSnapshot> {
             (FSYNC, &mut snapshot.fsync),
             (APPEND_WAIT, &mut snapshot.append_wait),
             (PUBACK, &mut snapshot.puback),
+            (WAKE_DELAY, &mut snapshot.wake_delay),
         ] {
             match histogram(base) {
                 Some("_bucket") => {
@@ -156,6 +164,11 @@ impl ServerLog {
                 None
             } else {
                 Some(quantiles(&start.puback, &end.puback)?)
+            },
+            wake_delay: if end.wake_delay.buckets.is_empty() {
+                None
+            } else {
+                Some(quantiles(&start.wake_delay, &end.wake_delay)?)
             },
         })
     }
@@ -292,6 +305,35 @@ mod tests {
         assert_eq!(puback_p99_le_ms(&after, &after), None);
         let (plain_before, plain_after) = (parse(&plain(0)).unwrap(), parse(&plain(1)).unwrap());
         assert_eq!(puback_p99_le_ms(&plain_before, &plain_after), None);
+    }
+
+    #[test]
+    fn the_servers_wake_delay_is_read_when_it_counts_it() {
+        let plain = |commits| exposition([0, 0, 0, 0], [0, 0, 0, 0], commits, 0.0);
+        let with_wake = |commits, counts: [u64; 4]| {
+            let mut text = plain(commits) + &format!("# TYPE {WAKE_DELAY} histogram\n");
+            for (le, c) in ["0.001", "0.005", "0.01", "+Inf"].iter().zip(counts) {
+                text += &format!("{WAKE_DELAY}_bucket{{le=\"{le}\"}} {c}\n");
+            }
+            text + &format!("{WAKE_DELAY}_sum 0.1\n{WAKE_DELAY}_count {}\n", counts[3])
+        };
+        let between = |start: String, end: String| {
+            ServerLog::between(&parse(&start).unwrap(), &parse(&end).unwrap(), 1.0).unwrap()
+        };
+        assert_eq!(between(plain(0), plain(1)).wake_delay, None);
+        // 100 scans: 97 within 1 ms, 2 within 5 ms, 1 within 10 ms.
+        let wake = between(with_wake(0, [0, 0, 0, 0]), with_wake(1, [97, 99, 100, 100]))
+            .wake_delay
+            .unwrap();
+        assert_eq!(wake.count, 100);
+        assert_eq!(wake.p50_le_ms, Some(1.0));
+        assert_eq!(wake.p99_le_ms, Some(5.0));
+        assert_eq!(wake.max_le_ms, Some(10.0));
+        // The puback histogram is not mistaken for it, nor it for the puback one.
+        assert_eq!(
+            between(with_wake(0, [0, 0, 0, 0]), with_wake(1, [1, 1, 1, 1])).puback,
+            None
+        );
     }
 
     #[test]

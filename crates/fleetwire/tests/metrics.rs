@@ -126,6 +126,15 @@ fn mqtt_traffic_moves_the_counters_and_the_server_is_ready() {
         get(&after, "fleetwire_mqtt_puback_seconds_count"),
         get(&after, r#"fleetwire_mqtt_puback_seconds_bucket{le="+Inf"}"#)
     );
+    // The acknowledged records' commits were scanned for, each scan timed.
+    assert!(delta("fleetwire_ingest_wake_delay_seconds_count") >= 1.0);
+    assert_eq!(
+        get(&after, "fleetwire_ingest_wake_delay_seconds_count"),
+        get(
+            &after,
+            r#"fleetwire_ingest_wake_delay_seconds_bucket{le="+Inf"}"#
+        )
+    );
     assert!(get(&after, "process_resident_memory_bytes") > 0.0);
     assert_eq!(
         get(

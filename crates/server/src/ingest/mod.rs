@@ -164,7 +164,7 @@ impl Ingest {
         // durable wake up (and those waiting for room in the append queue, which wait for the next commit).
         let waiters = Arc::new(durable::DurableWaiters::default());
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(waiters.clone().dispatch());
+            runtime.spawn(waiters.clone().dispatch(true));
         }
         let publisher = durable::Publisher(waiters.clone());
         let listener = Box::new(move |seq: u64| {

@@ -302,6 +302,18 @@ pub fn pubacks_written(us: u64, publishes: u64) {
     PUBACK_SUM_US.fetch_add(us.saturating_mul(publishes), Ordering::Relaxed);
 }
 
+static WAKE_DELAY_COUNTS: [AtomicU64; PUBACK_BUCKETS] = zeros();
+static WAKE_DELAY_SUM_US: AtomicU64 = AtomicU64::new(0);
+
+/// A scan for the waiters that the log's commits made durable started `us` microseconds after the first of
+/// those commits was reported: how long acknowledgements waited for the runtime to get to them once their
+/// records were on disk. Same buckets as `fleetwire_mqtt_puback_seconds`.
+pub fn wake_delay(us: u64) {
+    let bucket = PUBACK_BOUNDS_US.partition_point(|&bound| bound < us);
+    WAKE_DELAY_COUNTS[bucket].fetch_add(1, Ordering::Relaxed);
+    WAKE_DELAY_SUM_US.fetch_add(us, Ordering::Relaxed);
+}
+
 /// The counters above, read for a scrape.
 pub(crate) struct Counters {
     pub messages_in: [u64; TRANSPORTS],
@@ -317,6 +329,9 @@ pub(crate) struct Counters {
     /// `fleetwire_mqtt_puback_seconds`: observations per bucket (not cumulative) and their sum.
     pub puback_counts: [u64; PUBACK_BUCKETS],
     pub puback_sum_us: u64,
+    /// `fleetwire_ingest_wake_delay_seconds`, likewise.
+    pub wake_delay_counts: [u64; PUBACK_BUCKETS],
+    pub wake_delay_sum_us: u64,
 }
 
 fn load<const N: usize>(counters: &[AtomicU64; N]) -> [u64; N] {
@@ -337,6 +352,8 @@ pub(crate) fn counters() -> Counters {
         ws_subscriptions: WS_SUBSCRIPTIONS.load(Ordering::Relaxed),
         puback_counts: load(&PUBACK_COUNTS),
         puback_sum_us: PUBACK_SUM_US.load(Ordering::Relaxed),
+        wake_delay_counts: load(&WAKE_DELAY_COUNTS),
+        wake_delay_sum_us: WAKE_DELAY_SUM_US.load(Ordering::Relaxed),
     }
 }
 

@@ -91,6 +91,24 @@ fn transports(e: &mut Exposition, state: &AppState) {
             },
         );
     }
+    {
+        const BOUNDS_S: [f64; PUBACK_BOUNDS_US.len()] = seconds(PUBACK_BOUNDS_US);
+        let name = "fleetwire_ingest_wake_delay_seconds";
+        e.family(
+            name,
+            Kind::Histogram,
+            "Per scan for the connections and HTTP requests whose records the ingest log made durable, from the report of the first commit it covers to the scan's start: how late the runtime got to acknowledgements that were ready.",
+        );
+        e.histogram(
+            name,
+            &[],
+            &Histogram {
+                bounds: &BOUNDS_S,
+                counts: &c.wake_delay_counts,
+                sum: c.wake_delay_sum_us as f64 / 1e6,
+            },
+        );
+    }
     e.family(
         "fleetwire_messages_in_total",
         Kind::Counter,
