@@ -62,6 +62,11 @@ pub struct RuntimeConfig {
     /// alarm state) is read one device after another across hundreds of MB, and on this kind of VM each
     /// record's objects cost page walks as much as cache misses.
     pub huge_pages: bool,
+    /// The ingest log's writer thread rings the task that wakes the connections whose records a commit made
+    /// durable through an eventfd that the runtime's I/O driver watches (Linux), so that the task runs from a
+    /// worker's own queue; off, it wakes that task through its waker, which puts it in the runtime's global
+    /// queue.
+    pub dispatcher_doorbell: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -69,6 +74,7 @@ impl Default for RuntimeConfig {
         RuntimeConfig {
             latency_slice_us: 0,
             huge_pages: true,
+            dispatcher_doorbell: true,
         }
     }
 }
@@ -513,6 +519,9 @@ impl Config {
         if let Some(v) = get("FLEETWIRE_RUNTIME_HUGE_PAGES") {
             self.runtime.huge_pages = parsed("FLEETWIRE_RUNTIME_HUGE_PAGES", v)?;
         }
+        if let Some(v) = get("FLEETWIRE_RUNTIME_DISPATCHER_DOORBELL") {
+            self.runtime.dispatcher_doorbell = parsed("FLEETWIRE_RUNTIME_DISPATCHER_DOORBELL", v)?;
+        }
         if let Some(v) = get("FLEETWIRE_DATA_DIR") {
             self.data_dir = PathBuf::from(v);
         }
@@ -697,6 +706,7 @@ mod tests {
             "FLEETWIRE_DATA_DIR" => Some("/tmp/x".into()),
             "FLEETWIRE_DEMO" => Some("true".into()),
             "FLEETWIRE_RUNTIME_HUGE_PAGES" => Some("false".into()),
+            "FLEETWIRE_RUNTIME_DISPATCHER_DOORBELL" => Some("false".into()),
             _ => None,
         })
         .unwrap();
@@ -704,6 +714,7 @@ mod tests {
         assert_eq!(c.data_dir, PathBuf::from("/tmp/x"));
         assert!(c.bootstrap.demo);
         assert!(Config::default().runtime.huge_pages && !c.runtime.huge_pages);
+        assert!(Config::default().runtime.dispatcher_doorbell && !c.runtime.dispatcher_doorbell);
         let err = c
             .apply_env(|k| (k == "FLEETWIRE_HTTP_PORT").then(|| "http".to_string()))
             .unwrap_err();

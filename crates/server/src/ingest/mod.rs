@@ -164,7 +164,8 @@ impl Ingest {
         // durable wake up (and those waiting for room in the append queue, which wait for the next commit).
         let waiters = Arc::new(durable::DurableWaiters::default());
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(waiters.clone().dispatch(true));
+            // The server's runtime has its I/O driver (it serves the sockets), which the doorbell needs.
+            runtime.spawn(waiters.clone().dispatch(config.runtime.dispatcher_doorbell));
         }
         let publisher = durable::Publisher(waiters.clone());
         let listener = Box::new(move |seq: u64| {
