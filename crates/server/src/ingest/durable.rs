@@ -446,13 +446,15 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_dispatcher_times_its_scans() {
         let before = crate::metrics::counters()
-            .wake_delay_counts
+            .wake_delays
+            .counts
             .iter()
             .sum::<u64>();
         waits_wake_exactly_when_durable(Some(true)).await;
         // At least the two commits of that test were scanned for, each scan timed.
         let after = crate::metrics::counters()
-            .wake_delay_counts
+            .wake_delays
+            .counts
             .iter()
             .sum::<u64>();
         assert!(after >= before + 2, "{before} -> {after}");

@@ -290,28 +290,58 @@ pub const PUBACK_BOUNDS_US: [u64; 24] = [
     10_000, 12_500, 15_000, 20_000, 25_000, 50_000, 100_000, 250_000, 1_000_000, 10_000_000,
 ];
 const PUBACK_BUCKETS: usize = PUBACK_BOUNDS_US.len() + 1;
-static PUBACK_COUNTS: [AtomicU64; PUBACK_BUCKETS] = zeros();
-static PUBACK_SUM_US: AtomicU64 = AtomicU64::new(0);
+
+/// A histogram of durations in [`PUBACK_BOUNDS_US`]' buckets, lock-free, for a hot path.
+struct TimeHistogram {
+    counts: [AtomicU64; PUBACK_BUCKETS],
+    sum_us: AtomicU64,
+}
+
+impl TimeHistogram {
+    const fn new() -> Self {
+        Self {
+            counts: zeros(),
+            sum_us: AtomicU64::new(0),
+        }
+    }
+
+    /// `n` observations of `us` microseconds each.
+    fn record(&self, us: u64, n: u64) {
+        let bucket = PUBACK_BOUNDS_US.partition_point(|&bound| bound < us);
+        self.counts[bucket].fetch_add(n, Ordering::Relaxed);
+        self.sum_us
+            .fetch_add(us.saturating_mul(n), Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> TimeSnapshot {
+        TimeSnapshot {
+            counts: load(&self.counts),
+            sum_us: self.sum_us.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A [`TimeHistogram`] read for a scrape: observations per bucket (not cumulative) and their sum.
+pub(crate) struct TimeSnapshot {
+    pub counts: [u64; PUBACK_BUCKETS],
+    pub sum_us: u64,
+}
+
+static PUBACKS: TimeHistogram = TimeHistogram::new();
+static WAKE_DELAYS: TimeHistogram = TimeHistogram::new();
 
 /// `publishes` PUBLISHes (QoS 1, or 2) got their PUBACKs `us` microseconds after the read that brought them: the
 /// server's own share of an acknowledgement's latency (the log's commit included; the time the bytes
 /// waited in the socket before the read, and the client's side, not).
 pub fn pubacks_written(us: u64, publishes: u64) {
-    let bucket = PUBACK_BOUNDS_US.partition_point(|&bound| bound < us);
-    PUBACK_COUNTS[bucket].fetch_add(publishes, Ordering::Relaxed);
-    PUBACK_SUM_US.fetch_add(us.saturating_mul(publishes), Ordering::Relaxed);
+    PUBACKS.record(us, publishes);
 }
-
-static WAKE_DELAY_COUNTS: [AtomicU64; PUBACK_BUCKETS] = zeros();
-static WAKE_DELAY_SUM_US: AtomicU64 = AtomicU64::new(0);
 
 /// A scan for the waiters that the log's commits made durable started `us` microseconds after the first of
 /// those commits was reported: how long acknowledgements waited for the runtime to get to them once their
 /// records were on disk. Same buckets as `fleetwire_mqtt_puback_seconds`.
 pub fn wake_delay(us: u64) {
-    let bucket = PUBACK_BOUNDS_US.partition_point(|&bound| bound < us);
-    WAKE_DELAY_COUNTS[bucket].fetch_add(1, Ordering::Relaxed);
-    WAKE_DELAY_SUM_US.fetch_add(us, Ordering::Relaxed);
+    WAKE_DELAYS.record(us, 1);
 }
 
 /// The counters above, read for a scrape.
@@ -326,12 +356,10 @@ pub(crate) struct Counters {
     pub mqtt_connects: [u64; PROTOCOLS.len()],
     pub ws_sessions: i64,
     pub ws_subscriptions: i64,
-    /// `fleetwire_mqtt_puback_seconds`: observations per bucket (not cumulative) and their sum.
-    pub puback_counts: [u64; PUBACK_BUCKETS],
-    pub puback_sum_us: u64,
-    /// `fleetwire_ingest_wake_delay_seconds`, likewise.
-    pub wake_delay_counts: [u64; PUBACK_BUCKETS],
-    pub wake_delay_sum_us: u64,
+    /// `fleetwire_mqtt_puback_seconds`.
+    pub pubacks: TimeSnapshot,
+    /// `fleetwire_ingest_wake_delay_seconds`.
+    pub wake_delays: TimeSnapshot,
 }
 
 fn load<const N: usize>(counters: &[AtomicU64; N]) -> [u64; N] {
@@ -350,10 +378,8 @@ pub(crate) fn counters() -> Counters {
         mqtt_connects: load(&MQTT_CONNECTS),
         ws_sessions: WS_SESSIONS.load(Ordering::Relaxed),
         ws_subscriptions: WS_SUBSCRIPTIONS.load(Ordering::Relaxed),
-        puback_counts: load(&PUBACK_COUNTS),
-        puback_sum_us: PUBACK_SUM_US.load(Ordering::Relaxed),
-        wake_delay_counts: load(&WAKE_DELAY_COUNTS),
-        wake_delay_sum_us: WAKE_DELAY_SUM_US.load(Ordering::Relaxed),
+        pubacks: PUBACKS.snapshot(),
+        wake_delays: WAKE_DELAYS.snapshot(),
     }
 }
 

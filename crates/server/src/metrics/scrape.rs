@@ -10,7 +10,8 @@ use parking_lot::Mutex;
 
 use super::exposition::{Exposition, Histogram, Kind};
 use super::{
-    process, AlarmTransition, OutTransport, Reason, Transport, PROTOCOLS, PUBACK_BOUNDS_US,
+    process, AlarmTransition, OutTransport, Reason, TimeSnapshot, Transport, PROTOCOLS,
+    PUBACK_BOUNDS_US,
 };
 use crate::AppState;
 
@@ -73,42 +74,18 @@ fn transports(e: &mut Exposition, state: &AppState) {
             count,
         );
     }
-    {
-        const BOUNDS_S: [f64; PUBACK_BOUNDS_US.len()] = seconds(PUBACK_BOUNDS_US);
-        let name = "fleetwire_mqtt_puback_seconds";
-        e.family(
-            name,
-            Kind::Histogram,
-            "Per acknowledged PUBLISH (QoS 1 or 2), from the read that brought it to the write of its PUBACK (the ingest log's commit included).",
-        );
-        e.histogram(
-            name,
-            &[],
-            &Histogram {
-                bounds: &BOUNDS_S,
-                counts: &c.puback_counts,
-                sum: c.puback_sum_us as f64 / 1e6,
-            },
-        );
-    }
-    {
-        const BOUNDS_S: [f64; PUBACK_BOUNDS_US.len()] = seconds(PUBACK_BOUNDS_US);
-        let name = "fleetwire_ingest_wake_delay_seconds";
-        e.family(
-            name,
-            Kind::Histogram,
-            "Per scan for the connections and HTTP requests whose records the ingest log made durable, from the report of the first commit it covers to the scan's start: how late the runtime got to acknowledgements that were ready.",
-        );
-        e.histogram(
-            name,
-            &[],
-            &Histogram {
-                bounds: &BOUNDS_S,
-                counts: &c.wake_delay_counts,
-                sum: c.wake_delay_sum_us as f64 / 1e6,
-            },
-        );
-    }
+    time_histogram(
+        e,
+        "fleetwire_mqtt_puback_seconds",
+        "Per acknowledged PUBLISH (QoS 1 or 2), from the read that brought it to the write of its PUBACK (the ingest log's commit included).",
+        &c.pubacks,
+    );
+    time_histogram(
+        e,
+        "fleetwire_ingest_wake_delay_seconds",
+        "Per scan for the connections and HTTP requests whose records the ingest log made durable, from the report of the first commit it covers to the scan's start: how late the runtime got to acknowledgements that were ready.",
+        &c.wake_delays,
+    );
     e.family(
         "fleetwire_messages_in_total",
         Kind::Counter,
@@ -342,6 +319,21 @@ const fn seconds<const N: usize>(bounds_us: [u64; N]) -> [f64; N] {
         i += 1;
     }
     bounds
+}
+
+/// A histogram in [`PUBACK_BOUNDS_US`]' buckets (the server's own acknowledgement times).
+fn time_histogram(e: &mut Exposition, name: &str, help: &str, snapshot: &TimeSnapshot) {
+    const BOUNDS_S: [f64; PUBACK_BOUNDS_US.len()] = seconds(PUBACK_BOUNDS_US);
+    e.family(name, Kind::Histogram, help);
+    e.histogram(
+        name,
+        &[],
+        &Histogram {
+            bounds: &BOUNDS_S,
+            counts: &snapshot.counts,
+            sum: snapshot.sum_us as f64 / 1e6,
+        },
+    );
 }
 
 fn latency(e: &mut Exposition, name: &str, help: &str, snapshot: &LatencySnapshot) {
