@@ -324,28 +324,32 @@ const fn seconds<const N: usize>(bounds_us: [u64; N]) -> [f64; N] {
 /// A histogram in [`PUBACK_BOUNDS_US`]' buckets (the server's own acknowledgement times).
 fn time_histogram(e: &mut Exposition, name: &str, help: &str, snapshot: &TimeSnapshot) {
     const BOUNDS_S: [f64; PUBACK_BOUNDS_US.len()] = seconds(PUBACK_BOUNDS_US);
-    e.family(name, Kind::Histogram, help);
-    e.histogram(
-        name,
-        &[],
-        &Histogram {
-            bounds: &BOUNDS_S,
-            counts: &snapshot.counts,
-            sum: snapshot.sum_us as f64 / 1e6,
-        },
-    );
+    histogram_us(e, name, help, &BOUNDS_S, &snapshot.counts, snapshot.sum_us);
 }
 
+/// A histogram in the log's [`LATENCY_BOUNDS_US`] buckets.
 fn latency(e: &mut Exposition, name: &str, help: &str, snapshot: &LatencySnapshot) {
     const BOUNDS_S: [f64; LATENCY_BOUNDS_US.len()] = seconds(LATENCY_BOUNDS_US);
+    histogram_us(e, name, help, &BOUNDS_S, &snapshot.counts, snapshot.sum_us);
+}
+
+/// One unlabelled histogram family from per-bucket counts and a sum in microseconds.
+fn histogram_us(
+    e: &mut Exposition,
+    name: &str,
+    help: &str,
+    bounds: &[f64],
+    counts: &[u64],
+    sum_us: u64,
+) {
     e.family(name, Kind::Histogram, help);
     e.histogram(
         name,
         &[],
         &Histogram {
-            bounds: &BOUNDS_S,
-            counts: &snapshot.counts,
-            sum: snapshot.sum_us as f64 / 1e6,
+            bounds,
+            counts,
+            sum: sum_us as f64 / 1e6,
         },
     );
 }
