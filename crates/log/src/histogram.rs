@@ -1,4 +1,5 @@
-//! Fixed-bucket latency histograms of plain atomics, for the server's `/metrics`.
+//! Fixed-bucket latency histograms of plain atomics, for the server's `/metrics` (the log's own, and the
+//! server's, in bounds of its choosing).
 //!
 //! The crate stays free of dependencies, so these are not a metrics library's type: one relaxed
 //! `fetch_add` per bucket hit and one for the sum, no lock, no allocation. The bounds are fixed at
@@ -18,47 +19,76 @@ pub const LATENCY_BOUNDS_US: [u64; 16] = [
 
 const BUCKETS: usize = LATENCY_BOUNDS_US.len() + 1;
 
-/// A latency histogram that threads record into concurrently.
-#[derive(Debug, Default)]
-pub(crate) struct LatencyHistogram {
-    buckets: [AtomicU64; BUCKETS],
+/// A histogram of durations that threads record into concurrently: `B` buckets, the upper bounds of all
+/// but the last given in microseconds, the last taking everything above them.
+#[derive(Debug)]
+pub struct TimeHistogram<const B: usize> {
+    bounds_us: &'static [u64],
+    buckets: [AtomicU64; B],
     sum_us: AtomicU64,
 }
 
-impl LatencyHistogram {
+/// The log's own histograms, in [`LATENCY_BOUNDS_US`]' buckets.
+pub(crate) type LatencyHistogram = TimeHistogram<BUCKETS>;
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        Self::new(&LATENCY_BOUNDS_US)
+    }
+}
+
+impl<const B: usize> TimeHistogram<B> {
+    /// `bounds_us`: `B - 1` ascending upper bounds (inclusive, as Prometheus' `le`).
+    pub const fn new(bounds_us: &'static [u64]) -> Self {
+        assert!(
+            bounds_us.len() + 1 == B,
+            "a histogram has one bucket more than bounds"
+        );
+        Self {
+            bounds_us,
+            buckets: [const { AtomicU64::new(0) }; B],
+            sum_us: AtomicU64::new(0),
+        }
+    }
+
     pub fn record_us(&self, us: u64) {
-        let bucket = LATENCY_BOUNDS_US.partition_point(|&bound| bound < us);
-        self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
-        self.sum_us.fetch_add(us, Ordering::Relaxed);
+        self.record_many_us(us, 1);
+    }
+
+    /// `n` observations of `us` microseconds each.
+    pub fn record_many_us(&self, us: u64, n: u64) {
+        let bucket = self.bounds_us.partition_point(|&bound| bound < us);
+        self.buckets[bucket].fetch_add(n, Ordering::Relaxed);
+        self.sum_us
+            .fetch_add(us.saturating_mul(n), Ordering::Relaxed);
     }
 
     pub fn record(&self, elapsed: std::time::Duration) {
         self.record_us(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX));
     }
 
-    pub fn snapshot(&self) -> LatencySnapshot {
-        let mut counts = [0u64; BUCKETS];
-        for (count, bucket) in counts.iter_mut().zip(&self.buckets) {
-            *count = bucket.load(Ordering::Relaxed);
-        }
-        LatencySnapshot {
-            counts,
+    pub fn snapshot(&self) -> TimeSnapshot<B> {
+        TimeSnapshot {
+            counts: std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed)),
             sum_us: self.sum_us.load(Ordering::Relaxed),
         }
     }
 }
 
-/// The counts of a [`LatencyHistogram`] at one moment.
+/// The counts of a [`TimeHistogram`] at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LatencySnapshot {
-    /// Observations per bucket (not cumulative): `counts[i]` for `i < LATENCY_BOUNDS_US.len()` holds
-    /// those in `(LATENCY_BOUNDS_US[i-1], LATENCY_BOUNDS_US[i]]`, the last one those above every bound.
-    pub counts: [u64; BUCKETS],
+pub struct TimeSnapshot<const B: usize> {
+    /// Observations per bucket (not cumulative): `counts[i]` for `i < B - 1` holds those in
+    /// `(bounds[i-1], bounds[i]]`, the last one those above every bound.
+    pub counts: [u64; B],
     /// Sum of all observations, in microseconds.
     pub sum_us: u64,
 }
 
-impl LatencySnapshot {
+/// A snapshot of one of the log's histograms.
+pub type LatencySnapshot = TimeSnapshot<BUCKETS>;
+
+impl<const B: usize> TimeSnapshot<B> {
     /// Number of observations.
     pub fn count(&self) -> u64 {
         self.counts.iter().sum()

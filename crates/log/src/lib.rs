@@ -72,7 +72,9 @@ mod writer;
 
 pub use crate::config::{Durability, LogConfig};
 pub use crate::error::{LogError, Result};
-pub use crate::histogram::{LatencySnapshot, LogLatencies, LATENCY_BOUNDS_US};
+pub use crate::histogram::{
+    LatencySnapshot, LogLatencies, TimeHistogram, TimeSnapshot, LATENCY_BOUNDS_US,
+};
 pub use crate::log::Log;
 pub use crate::reader::{Reader, Record};
 pub use crate::stats::LogStats;

@@ -26,6 +26,8 @@ pub mod sustained;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
+use fleetwire_log::{TimeHistogram, TimeSnapshot};
+
 /// Where device data and refusals come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
@@ -289,59 +291,23 @@ pub const PUBACK_BOUNDS_US: [u64; 24] = [
     250, 500, 750, 1_000, 1_500, 2_000, 2_500, 3_000, 4_000, 5_000, 6_000, 7_000, 8_000, 9_000,
     10_000, 12_500, 15_000, 20_000, 25_000, 50_000, 100_000, 250_000, 1_000_000, 10_000_000,
 ];
-const PUBACK_BUCKETS: usize = PUBACK_BOUNDS_US.len() + 1;
+pub(crate) const PUBACK_BUCKETS: usize = PUBACK_BOUNDS_US.len() + 1;
 
-/// A histogram of durations in [`PUBACK_BOUNDS_US`]' buckets, lock-free, for a hot path.
-struct TimeHistogram {
-    counts: [AtomicU64; PUBACK_BUCKETS],
-    sum_us: AtomicU64,
-}
-
-impl TimeHistogram {
-    const fn new() -> Self {
-        Self {
-            counts: zeros(),
-            sum_us: AtomicU64::new(0),
-        }
-    }
-
-    /// `n` observations of `us` microseconds each.
-    fn record(&self, us: u64, n: u64) {
-        let bucket = PUBACK_BOUNDS_US.partition_point(|&bound| bound < us);
-        self.counts[bucket].fetch_add(n, Ordering::Relaxed);
-        self.sum_us
-            .fetch_add(us.saturating_mul(n), Ordering::Relaxed);
-    }
-
-    fn snapshot(&self) -> TimeSnapshot {
-        TimeSnapshot {
-            counts: load(&self.counts),
-            sum_us: self.sum_us.load(Ordering::Relaxed),
-        }
-    }
-}
-
-/// A [`TimeHistogram`] read for a scrape: observations per bucket (not cumulative) and their sum.
-pub(crate) struct TimeSnapshot {
-    pub counts: [u64; PUBACK_BUCKETS],
-    pub sum_us: u64,
-}
-
-static PUBACKS: TimeHistogram = TimeHistogram::new();
-static WAKE_DELAYS: TimeHistogram = TimeHistogram::new();
+static PUBACKS: TimeHistogram<PUBACK_BUCKETS> = TimeHistogram::new(&PUBACK_BOUNDS_US);
+static WAKE_DELAYS: TimeHistogram<PUBACK_BUCKETS> = TimeHistogram::new(&PUBACK_BOUNDS_US);
 
 /// `publishes` PUBLISHes (QoS 1, or 2) got their PUBACKs `us` microseconds after the read that brought them: the
 /// server's own share of an acknowledgement's latency (the log's commit included; the time the bytes
 /// waited in the socket before the read, and the client's side, not).
 pub fn pubacks_written(us: u64, publishes: u64) {
-    PUBACKS.record(us, publishes);
+    PUBACKS.record_many_us(us, publishes);
 }
 
 /// A scan for the waiters that the log's commits made durable started `us` microseconds after the first of
 /// those commits was reported: how long acknowledgements waited for the runtime to get to them once their
 /// records were on disk. Same buckets as `fleetwire_mqtt_puback_seconds`.
 pub fn wake_delay(us: u64) {
-    WAKE_DELAYS.record(us, 1);
+    WAKE_DELAYS.record_us(us);
 }
 
 /// The counters above, read for a scrape.
@@ -357,9 +323,9 @@ pub(crate) struct Counters {
     pub ws_sessions: i64,
     pub ws_subscriptions: i64,
     /// `fleetwire_mqtt_puback_seconds`.
-    pub pubacks: TimeSnapshot,
+    pub pubacks: TimeSnapshot<PUBACK_BUCKETS>,
     /// `fleetwire_ingest_wake_delay_seconds`.
-    pub wake_delays: TimeSnapshot,
+    pub wake_delays: TimeSnapshot<PUBACK_BUCKETS>,
 }
 
 fn load<const N: usize>(counters: &[AtomicU64; N]) -> [u64; N] {

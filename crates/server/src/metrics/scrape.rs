@@ -4,14 +4,14 @@
 
 use std::time::{Duration, Instant};
 
-use fleetwire_log::{LatencySnapshot, LATENCY_BOUNDS_US};
+use fleetwire_log::{LatencySnapshot, TimeSnapshot, LATENCY_BOUNDS_US};
 use fleetwire_tsdb::{ChunkStats, WriteState};
 use parking_lot::Mutex;
 
 use super::exposition::{Exposition, Histogram, Kind};
 use super::{
-    process, AlarmTransition, OutTransport, Reason, TimeSnapshot, Transport, PROTOCOLS,
-    PUBACK_BOUNDS_US,
+    process, AlarmTransition, OutTransport, Reason, Transport, PROTOCOLS, PUBACK_BOUNDS_US,
+    PUBACK_BUCKETS,
 };
 use crate::AppState;
 
@@ -322,34 +322,38 @@ const fn seconds<const N: usize>(bounds_us: [u64; N]) -> [f64; N] {
 }
 
 /// A histogram in [`PUBACK_BOUNDS_US`]' buckets (the server's own acknowledgement times).
-fn time_histogram(e: &mut Exposition, name: &str, help: &str, snapshot: &TimeSnapshot) {
+fn time_histogram(
+    e: &mut Exposition,
+    name: &str,
+    help: &str,
+    snapshot: &TimeSnapshot<PUBACK_BUCKETS>,
+) {
     const BOUNDS_S: [f64; PUBACK_BOUNDS_US.len()] = seconds(PUBACK_BOUNDS_US);
-    histogram_us(e, name, help, &BOUNDS_S, &snapshot.counts, snapshot.sum_us);
+    histogram(e, name, help, &BOUNDS_S, snapshot);
 }
 
 /// A histogram in the log's [`LATENCY_BOUNDS_US`] buckets.
 fn latency(e: &mut Exposition, name: &str, help: &str, snapshot: &LatencySnapshot) {
     const BOUNDS_S: [f64; LATENCY_BOUNDS_US.len()] = seconds(LATENCY_BOUNDS_US);
-    histogram_us(e, name, help, &BOUNDS_S, &snapshot.counts, snapshot.sum_us);
+    histogram(e, name, help, &BOUNDS_S, snapshot);
 }
 
-/// One unlabelled histogram family from per-bucket counts and a sum in microseconds.
-fn histogram_us(
+/// One unlabelled histogram family; `bounds_s` are the snapshot's bucket bounds in seconds.
+fn histogram<const B: usize>(
     e: &mut Exposition,
     name: &str,
     help: &str,
-    bounds: &[f64],
-    counts: &[u64],
-    sum_us: u64,
+    bounds_s: &[f64],
+    snapshot: &TimeSnapshot<B>,
 ) {
     e.family(name, Kind::Histogram, help);
     e.histogram(
         name,
         &[],
         &Histogram {
-            bounds,
-            counts,
-            sum: sum_us as f64 / 1e6,
+            bounds: bounds_s,
+            counts: &snapshot.counts,
+            sum: snapshot.sum_us as f64 / 1e6,
         },
     );
 }
