@@ -135,6 +135,12 @@ pub struct Second {
     /// (`fleetwire_mqtt_puback_seconds`, scraped every second): what of the client's p99 was the server's.
     /// Only in the report's timeline, not in the live progress line.
     pub server_puback_p99_le_ms: Option<f64>,
+    /// Open loop: the p99 of how late the generator sent the messages of this second against their
+    /// schedule. A second whose client p99 jumps while this one stays low was late in the server or the
+    /// sockets; one where this jumps too was (at least in part) late in the generator. Only in the
+    /// report's timeline.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub send_lag_p99_ms: Option<f64>,
 }
 
 impl Second {

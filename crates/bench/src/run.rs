@@ -531,6 +531,7 @@ struct SecondBucket {
     /// Per source: (sent, acked, ms covered) in this second.
     sources: HashMap<usize, (u64, u64, u64)>,
     latency: Latency,
+    send_lag: Latency,
     server: Option<crate::stats::ProcSample>,
     host: Option<crate::stats::HostSample>,
     generator_cpu: Option<f64>,
@@ -582,6 +583,7 @@ impl Aggregator {
             entry.1 += c.acked.saturating_sub(prev_acked);
             entry.2 += ms.saturating_sub(prev_ms);
             bucket.latency.merge(&latency);
+            bucket.send_lag.merge(&send_lag);
         }
         self.interval.merge(&latency);
         self.all.merge(&latency);
@@ -642,6 +644,7 @@ impl Aggregator {
             server_cpu_percent: server.as_ref().map(|s| s.cpu_percent),
             server_rss_bytes: server.as_ref().map(|s| s.rss_bytes),
             server_puback_p99_le_ms: None,
+            send_lag_p99_ms: None,
         };
         if let Some(sample) = server {
             self.rss_max = self.rss_max.max(Some(sample.rss_bytes));
@@ -798,6 +801,8 @@ impl Aggregator {
                     server_cpu_percent: b.server.as_ref().map(|s| s.cpu_percent),
                     server_rss_bytes: b.server.as_ref().map(|s| s.rss_bytes),
                     server_puback_p99_le_ms: None,
+                    send_lag_p99_ms: (b.send_lag.count() > 0)
+                        .then(|| b.send_lag.quantile_us(0.99) as f64 / 1000.0),
                 }
             })
             .collect()
@@ -912,6 +917,23 @@ mod tests {
         let lag = report.send_lag.expect("send lags were recorded");
         assert_eq!(lag.count, 4);
         assert!(lag.max_ms > 0.29 && lag.max_ms < 0.31, "{}", lag.max_ms);
+        // The timeline keeps each second's own send lag, warm-up and drain included.
+        let lags: Vec<(f64, f64)> = report
+            .timeline
+            .iter()
+            .map(|s| (s.t_s, s.send_lag_p99_ms.expect("an open-loop second")))
+            .collect();
+        assert_eq!(lags.len(), 4);
+        for ((t, lag), (want_t, want_ms)) in
+            lags.iter()
+                .zip([(1.0, 40.0), (2.0, 0.1), (3.0, 0.3), (9.0, 800.0)])
+        {
+            assert_eq!(*t, want_t);
+            assert!(
+                (lag - want_ms).abs() < want_ms * 0.01,
+                "second {t}: {lag} ms"
+            );
+        }
     }
 
     #[test]
@@ -976,8 +998,10 @@ mod tests {
         }
         let report = agg.finish(&s, &[], None, None);
         assert!(report.send_lag.is_none());
+        assert!(report.timeline.iter().all(|s| s.send_lag_p99_ms.is_none()));
         let json = serde_json::to_value(&report).unwrap();
         assert!(json.get("send_lag").is_none());
+        assert!(json["timeline"][0].get("send_lag_p99_ms").is_none());
     }
 
     #[test]
