@@ -73,6 +73,14 @@ fn a_five_second_run_of_200_devices_stores_every_acknowledged_point() {
     assert!(report["timeline"].as_array().unwrap().len() >= 5);
     // A closed loop sends each message as soon as the window allows: there is no due time to lag.
     assert!(report.get("send_lag").is_none(), "{report}");
+    assert!(
+        report["timeline"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s.get("send_lag_p99_ms").is_none()),
+        "{report}"
+    );
     // The server's own log over the measured window, from its /metrics: it committed, each commit synced.
     let log = &report["server_log"];
     assert!(log["commits_per_s"].as_f64().unwrap() > 0.0, "{report}");
@@ -126,6 +134,14 @@ fn worker_processes_split_the_fleet_and_their_results_merge() {
         lags > 0 && lags <= report["totals"]["sent"].as_u64().unwrap(),
         "{report}"
     );
+    // And second by second in the timeline, from every worker's ticks.
+    let seconds_with_lag = report["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["send_lag_p99_ms"].as_f64().is_some_and(|ms| ms >= 0.0))
+        .count();
+    assert!(seconds_with_lag >= 2, "{report}");
 }
 
 #[test]
