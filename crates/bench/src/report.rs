@@ -26,6 +26,12 @@ pub struct Report {
     /// full window), not the server's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub send_lag: Option<LatencySummary>,
+    /// MQTT: the latency counted to when each PUBACK reached the device's socket (the kernel's receive
+    /// timestamp) instead of to when the generator read it. The generator shares the machine with the
+    /// server, and what it adds between the two is its own wait for a core, which a device on a machine of
+    /// its own does not have; `latency` keeps it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_arrival: Option<LatencySummary>,
     pub totals: Counters,
     /// Refusals by code: CONNACK/PUBACK reason codes (`0x87`), HTTP statuses (`0x1F4` = 500).
     pub refusals: HashMap<String, u64>,
@@ -141,6 +147,10 @@ pub struct Second {
     /// report's timeline.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub send_lag_p99_ms: Option<f64>,
+    /// MQTT: this second's p99 counted to the PUBACKs' arrival at the socket ([`Report::latency_arrival`]).
+    /// Only in the report's timeline.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arrival_p99_ms: Option<f64>,
 }
 
 impl Second {
@@ -229,6 +239,13 @@ impl Report {
                 out,
                 "send lag      p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (sent after due; part of the latency)",
                 l.p50_ms, l.p99_ms, l.max_ms
+            );
+        }
+        if let Some(l) = &self.latency_arrival {
+            let _ = writeln!(
+                out,
+                "arrival       p50 {:.2} ms, p95 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms (due to the PUBACK at the socket; the rest is the generator's read)",
+                l.p50_ms, l.p95_ms, l.p99_ms, l.p999_ms, l.max_ms
             );
         }
         let _ = writeln!(

@@ -512,6 +512,8 @@ struct Aggregator {
     measured: Latency,
     /// Open loop: send lag in the measured window.
     send_lag: Latency,
+    /// MQTT: the latency counted to the PUBACKs' arrival at the socket, in the measured window.
+    arrival: Latency,
     all: Latency,
     last_acked: u64,
     last_sent: u64,
@@ -532,6 +534,7 @@ struct SecondBucket {
     sources: HashMap<usize, (u64, u64, u64)>,
     latency: Latency,
     send_lag: Latency,
+    arrival: Latency,
     server: Option<crate::stats::ProcSample>,
     host: Option<crate::stats::HostSample>,
     generator_cpu: Option<f64>,
@@ -556,6 +559,7 @@ impl Aggregator {
             interval: Latency::new(),
             measured: Latency::new(),
             send_lag: Latency::new(),
+            arrival: Latency::new(),
             all: Latency::new(),
             last_acked: 0,
             last_sent: 0,
@@ -568,11 +572,15 @@ impl Aggregator {
 
     fn tick(&mut self, source: usize, tick: &Tick) -> Result<()> {
         let latency = Latency::from_base64(&tick.latency)?;
-        let send_lag = if tick.send_lag.is_empty() {
-            Latency::new()
-        } else {
-            Latency::from_base64(&tick.send_lag)?
+        let optional = |encoded: &str| {
+            if encoded.is_empty() {
+                Ok(Latency::new())
+            } else {
+                Latency::from_base64(encoded)
+            }
         };
+        let send_lag = optional(&tick.send_lag)?;
+        let arrival = optional(&tick.arrival)?;
         self.latest[source] = tick.counters;
         let c = &tick.counters;
         let previous = self.last_tick[source].replace((tick.load_ms.unwrap_or(0), c.sent, c.acked));
@@ -584,6 +592,7 @@ impl Aggregator {
             entry.2 += ms.saturating_sub(prev_ms);
             bucket.latency.merge(&latency);
             bucket.send_lag.merge(&send_lag);
+            bucket.arrival.merge(&arrival);
         }
         self.interval.merge(&latency);
         self.all.merge(&latency);
@@ -592,6 +601,7 @@ impl Aggregator {
             if self.is_measured(ms) {
                 self.measured.merge(&latency);
                 self.send_lag.merge(&send_lag);
+                self.arrival.merge(&arrival);
             }
             if ms >= self.warmup_ms && ms <= self.end_ms + 500 {
                 let point = (ms, tick.counters.acked);
@@ -645,6 +655,7 @@ impl Aggregator {
             server_rss_bytes: server.as_ref().map(|s| s.rss_bytes),
             server_puback_p99_le_ms: None,
             send_lag_p99_ms: None,
+            arrival_p99_ms: None,
         };
         if let Some(sample) = server {
             self.rss_max = self.rss_max.max(Some(sample.rss_bytes));
@@ -758,6 +769,7 @@ impl Aggregator {
             latency: LatencySummary::of(&self.measured),
             latency_all: LatencySummary::of(&self.all),
             send_lag: (self.send_lag.count() > 0).then(|| LatencySummary::of(&self.send_lag)),
+            latency_arrival: (self.arrival.count() > 0).then(|| LatencySummary::of(&self.arrival)),
             totals,
             refusals: refusal_map,
             server,
@@ -803,6 +815,8 @@ impl Aggregator {
                     server_puback_p99_le_ms: None,
                     send_lag_p99_ms: (b.send_lag.count() > 0)
                         .then(|| b.send_lag.quantile_us(0.99) as f64 / 1000.0),
+                    arrival_p99_ms: (b.arrival.count() > 0)
+                        .then(|| b.arrival.quantile_us(0.99) as f64 / 1000.0),
                 }
             })
             .collect()
@@ -866,6 +880,7 @@ mod tests {
             },
             latency: Latency::new().to_base64(),
             send_lag: String::new(),
+            arrival: String::new(),
         }
     }
 
@@ -884,7 +899,7 @@ mod tests {
             }
             l.to_base64()
         };
-        // (load ms, acked, latencies, send lags)
+        // (load ms, acked, latencies, send lags); each latency counted to the PUBACK's arrival is 80% of it.
         let tick = |ms: Option<u64>, acked: u64, lat_us: &[u64], lag_us: &[u64]| Tick {
             load_ms: ms,
             counters: Counters {
@@ -894,6 +909,7 @@ mod tests {
             },
             latency: histogram(lat_us),
             send_lag: histogram(lag_us),
+            arrival: histogram(&lat_us.iter().map(|us| us * 4 / 5).collect::<Vec<_>>()),
         };
         for source in 0..2 {
             agg.tick(source, &tick(None, 0, &[], &[])).unwrap();
@@ -914,9 +930,30 @@ mod tests {
         assert_eq!(report.latency.count, 4);
         assert!(report.latency.max_ms < 3.0);
         assert_eq!(report.latency_all.count, 8);
-        let lag = report.send_lag.expect("send lags were recorded");
+        let lag = report.send_lag.clone().expect("send lags were recorded");
         assert_eq!(lag.count, 4);
         assert!(lag.max_ms > 0.29 && lag.max_ms < 0.31, "{}", lag.max_ms);
+        // The latency to the PUBACKs' arrival: the same window, its own values.
+        let arrival = report
+            .latency_arrival
+            .clone()
+            .expect("arrivals were recorded");
+        assert_eq!(arrival.count, 4);
+        assert!(
+            arrival.max_ms > 1.59 && arrival.max_ms < 1.61,
+            "{}",
+            arrival.max_ms
+        );
+        let per_second: Vec<f64> = report
+            .timeline
+            .iter()
+            .map(|s| s.arrival_p99_ms.expect("a second with arrivals"))
+            .collect();
+        assert_eq!(per_second.len(), 4);
+        for (got, want) in per_second.iter().zip([40.0, 0.8, 1.6, 720.0]) {
+            assert!((got - want).abs() < want * 0.01, "{got} ms, not {want}");
+        }
+        assert!(report.table().contains("arrival       p50 "));
         // The timeline keeps each second's own send lag, warm-up and drain included.
         let lags: Vec<(f64, f64)> = report
             .timeline
@@ -982,26 +1019,34 @@ mod tests {
     }
 
     #[test]
-    fn a_closed_loop_or_an_older_worker_reports_no_send_lag() {
+    fn ticks_without_send_lags_or_arrivals_report_neither() {
         let s = Scenario::default();
         let mut agg = Aggregator::new(&s, 1);
         let mut l = Latency::new();
         l.record(1_000);
-        for (ms, send_lag) in [(1000, String::new()), (2000, Latency::new().to_base64())] {
+        for (ms, empty) in [(1000, String::new()), (2000, Latency::new().to_base64())] {
             let tick = Tick {
                 load_ms: Some(ms),
                 counters: Counters::default(),
                 latency: l.to_base64(),
-                send_lag,
+                send_lag: empty.clone(),
+                arrival: empty,
             };
             agg.tick(0, &tick).unwrap();
         }
         let report = agg.finish(&s, &[], None, None);
         assert!(report.send_lag.is_none());
-        assert!(report.timeline.iter().all(|s| s.send_lag_p99_ms.is_none()));
+        assert!(report.latency_arrival.is_none());
+        assert!(report
+            .timeline
+            .iter()
+            .all(|s| s.send_lag_p99_ms.is_none() && s.arrival_p99_ms.is_none()));
+        assert!(!report.table().contains("arrival"));
         let json = serde_json::to_value(&report).unwrap();
         assert!(json.get("send_lag").is_none());
+        assert!(json.get("latency_arrival").is_none());
         assert!(json["timeline"][0].get("send_lag_p99_ms").is_none());
+        assert!(json["timeline"][0].get("arrival_p99_ms").is_none());
     }
 
     #[test]

@@ -98,6 +98,7 @@ fn a_five_second_run_of_200_devices_stores_every_acknowledged_point() {
         .filter(|s| s["server_puback_p99_le_ms"].as_f64().is_some())
         .count();
     assert!(seconds_with_server_p99 >= 3, "{report}");
+    assert_arrivals(&report);
 }
 
 #[test]
@@ -142,6 +143,30 @@ fn worker_processes_split_the_fleet_and_their_results_merge() {
         .filter(|s| s["send_lag_p99_ms"].as_f64().is_some_and(|ms| ms >= 0.0))
         .count();
     assert!(seconds_with_lag >= 2, "{report}");
+    // Every PUBACK is counted twice: to when the generator read it, and to when it reached the socket (the
+    // kernel's stamp), which is never later; both from every worker.
+    assert_arrivals(&report);
+}
+
+/// The latency counted to the PUBACKs' arrival at the socket covers the same messages as the latency, and
+/// no value of it is larger, so neither is any quantile.
+fn assert_arrivals(report: &Value) {
+    let latency = &report["latency"];
+    let arrival = &report["latency_arrival"];
+    assert_eq!(arrival["count"], latency["count"], "{report}");
+    for q in ["p50_ms", "p99_ms", "max_ms"] {
+        assert!(
+            arrival[q].as_f64().unwrap() <= latency[q].as_f64().unwrap(),
+            "{q}: {arrival} against {latency}"
+        );
+    }
+    let seconds = report["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["arrival_p99_ms"].as_f64().is_some())
+        .count();
+    assert!(seconds >= 2, "{report}");
 }
 
 #[test]
@@ -165,6 +190,8 @@ fn http_devices_are_verified_like_mqtt_devices() {
     );
     assert!(ok, "bench exit status: {report}");
     assert_verified(&report, 50);
+    // An HTTP answer comes on a pooled connection the generator reads through its HTTP client: no arrival.
+    assert!(report.get("latency_arrival").is_none(), "{report}");
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! The same engine runs the whole fleet in one process or one slice of it in each worker process; the
 //! driver ([`crate::run`]) sees the same [`Event`]s either way, so merging is one code path.
 
+mod arrival;
 mod http;
 mod mqtt;
 
@@ -102,6 +103,11 @@ pub struct Tick {
     /// (empty from a closed loop, or from a worker of an older build).
     #[serde(default)]
     pub send_lag: String,
+    /// MQTT: the same latencies counted to when each PUBACK reached the device's socket rather than to when
+    /// the generator read it ([`arrival`]), [`Latency::to_base64`] (empty where the kernel gave no
+    /// arrival times, over HTTP, or from a worker of an older build).
+    #[serde(default)]
+    pub arrival: String,
 }
 
 /// The end of a slice.
@@ -144,6 +150,8 @@ pub(crate) struct Shared {
     shards: Vec<Mutex<Latency>>,
     /// Open loop: send lag (sent minus due), sharded like the latencies.
     lag_shards: Vec<Mutex<Latency>>,
+    /// MQTT: latency to the PUBACK's arrival at the socket, sharded like the latencies.
+    arrival_shards: Vec<Mutex<Latency>>,
     /// Open loop over MQTT: one per device of the slice (by slot from `first_slot`), notified by the
     /// slice's pacer ([`pace`]) when the device's next message is due. Empty otherwise.
     pub pace: Vec<Notify>,
@@ -162,6 +170,11 @@ impl Shared {
         record(&self.lag_shards, micros);
     }
 
+    /// Records latencies counted to the PUBACKs' arrival at the socket (see [`arrival`]).
+    pub fn record_arrivals(&self, micros: &[u64]) {
+        record(&self.arrival_shards, micros);
+    }
+
     pub fn refusal(&self, code: u16) {
         self.refused.fetch_add(1, Ordering::Relaxed);
         let mut r = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
@@ -174,6 +187,10 @@ impl Shared {
 
     fn take_send_lag(&self) -> Latency {
         take(&self.lag_shards)
+    }
+
+    fn take_arrival(&self) -> Latency {
+        take(&self.arrival_shards)
     }
 
     fn counters(&self) -> Counters {
@@ -302,6 +319,7 @@ pub async fn run_slice(
         refusals: Mutex::new(BTreeMap::new()),
         shards: (0..SHARDS).map(|_| Mutex::new(Latency::new())).collect(),
         lag_shards: (0..SHARDS).map(|_| Mutex::new(Latency::new())).collect(),
+        arrival_shards: (0..SHARDS).map(|_| Mutex::new(Latency::new())).collect(),
         pace: match (&slice.scenario.transport, open_loop_rate(&slice.scenario)) {
             (Transport::Mqtt, Some(_)) => (0..count).map(|_| Notify::new()).collect(),
             _ => Vec::new(),
@@ -330,6 +348,7 @@ pub async fn run_slice(
                             counters: shared.counters(),
                             latency: shared.take_latency().to_base64(),
                             send_lag: shared.take_send_lag().to_base64(),
+                            arrival: shared.take_arrival().to_base64(),
                         };
                         if events.send(Event::Tick(tick)).is_err() {
                             return;
@@ -367,6 +386,7 @@ pub async fn run_slice(
         counters: shared.counters(),
         latency: shared.take_latency().to_base64(),
         send_lag: shared.take_send_lag().to_base64(),
+        arrival: shared.take_arrival().to_base64(),
     };
     let _ = events.send(Event::Tick(tick));
 

@@ -18,6 +18,7 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::Notify;
 use tokio::time::{sleep_until, timeout};
 
+use super::arrival;
 use super::{
     alarm_budget, connect_offset, open_loop_rate, DeviceOutcome, Shared, TsClock, DRAIN_TIMEOUT,
     RESPONSE_TIMEOUT,
@@ -159,7 +160,10 @@ impl Device {
         };
         let attempt = handshake(addr, self.shared.slice.local_ip, &connect);
         match timeout(RESPONSE_TIMEOUT, attempt).await {
-            Ok(Ok((stream, buf, 0))) => Some((stream, buf)),
+            Ok(Ok((stream, buf, 0))) => {
+                arrival::enable(&stream);
+                Some((stream, buf))
+            }
             Ok(Ok((_, _, code))) => {
                 self.shared.refusal(u16::from(code));
                 None
@@ -243,6 +247,8 @@ impl Device {
         let mut next_pkid: u16 = 1;
         let mut payload = Vec::with_capacity(256);
         let mut latencies = Vec::with_capacity(window);
+        // The same latencies counted to when each PUBACK reached the socket (see `arrival`).
+        let mut arrivals = Vec::with_capacity(window);
         // Open loop: how late each message of the burst went out after it was due.
         let mut send_lags = Vec::new();
         let mut draining_since: Option<Instant> = None;
@@ -384,11 +390,15 @@ impl Device {
                 armed = wake;
             }
             tokio::select! {
-                read = stream.read_buf(&mut rbuf) => {
-                    if !matches!(read, Ok(n) if n > 0) {
-                        return End::Lost;
-                    }
+                read = arrival::read(&stream, &mut rbuf) => {
+                    let arrived = match read {
+                        Ok((n, arrived)) if n > 0 => arrived,
+                        _ => return End::Lost,
+                    };
                     let now = Instant::now();
+                    // Several PUBACKs in one read get the stamp of the last segment read: never earlier
+                    // than they arrived.
+                    let arrived = arrived.unwrap_or(now);
                     loop {
                         match decode(&mut rbuf, self.protocol, PACKET_BYTES_MAX) {
                             Ok(Some(Packet::PubAck(ack))) => {
@@ -404,6 +414,7 @@ impl Device {
                                 self.alarms_acked += u64::from(alarm);
                                 self.shared.acked.fetch_add(1, Ordering::Relaxed);
                                 latencies.push(now.saturating_duration_since(due).as_micros() as u64);
+                                arrivals.push(arrived.saturating_duration_since(due).as_micros() as u64);
                             }
                             Ok(Some(Packet::Disconnect(d))) => {
                                 self.shared.refusal(u16::from(d.reason));
@@ -419,6 +430,8 @@ impl Device {
                     }
                     self.shared.record_latencies(&latencies);
                     latencies.clear();
+                    self.shared.record_arrivals(&arrivals);
+                    arrivals.clear();
                 }
                 _ = notified.as_mut(), if pace.is_some() && !stopping => {
                     notified.set(notify.notified());
