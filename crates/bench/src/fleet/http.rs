@@ -185,7 +185,7 @@ async fn connection(
                 d.acked += 1;
                 shared.acked.fetch_add(1, Ordering::Relaxed);
                 let micros = reference.elapsed().as_micros() as u64;
-                shared.record_latencies(&[micros]);
+                shared.record_latencies(&[micros], &[]);
             }
             Ok(Ok((status, _))) => shared.refusal(status),
             Ok(Err(e)) => {

@@ -147,11 +147,10 @@ pub(crate) struct Shared {
     pub refused: AtomicU64,
     pub settled: AtomicU64,
     pub refusals: Mutex<BTreeMap<u16, u64>>,
-    shards: Vec<Mutex<Latency>>,
+    /// Acknowledgement latencies, each thread's in a shard of its own (see [`thread_shard`]).
+    shards: Vec<Mutex<AckShard>>,
     /// Open loop: send lag (sent minus due), sharded like the latencies.
     lag_shards: Vec<Mutex<Latency>>,
-    /// MQTT: latency to the PUBACK's arrival at the socket, sharded like the latencies.
-    arrival_shards: Vec<Mutex<Latency>>,
     /// Open loop over MQTT: one per device of the slice (by slot from `first_slot`), notified by the
     /// slice's pacer ([`pace`]) when the device's next message is due. Empty otherwise.
     pub pace: Vec<Notify>,
@@ -161,18 +160,27 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub fn record_latencies(&self, micros: &[u64]) {
-        record(&self.shards, micros);
+    /// Records acknowledgement latencies, and over MQTT the same ones counted to the PUBACKs' arrival at
+    /// the socket (see [`arrival`]; empty otherwise). Both go in under one lock, so that a tick takes
+    /// either both or neither of a message's two figures.
+    pub fn record_latencies(&self, micros: &[u64], arrivals: &[u64]) {
+        if micros.is_empty() && arrivals.is_empty() {
+            return;
+        }
+        let mut shard = self.shards[thread_shard()]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        for &us in micros {
+            shard.latency.record(us);
+        }
+        for &us in arrivals {
+            shard.arrival.record(us);
+        }
     }
 
     /// Records how late messages were sent after they were due (open loop).
     pub fn record_send_lags(&self, micros: &[u64]) {
         record(&self.lag_shards, micros);
-    }
-
-    /// Records latencies counted to the PUBACKs' arrival at the socket (see [`arrival`]).
-    pub fn record_arrivals(&self, micros: &[u64]) {
-        record(&self.arrival_shards, micros);
     }
 
     pub fn refusal(&self, code: u16) {
@@ -181,16 +189,24 @@ impl Shared {
         *r.entry(code).or_default() += 1;
     }
 
-    fn take_latency(&self) -> Latency {
-        take(&self.shards)
+    /// The latencies recorded since the last call, and the same counted to the PUBACKs' arrival.
+    fn take_latencies(&self) -> (Latency, Latency) {
+        let mut latency = Latency::new();
+        let mut arrival = Latency::new();
+        for shard in &self.shards {
+            let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            if shard.latency.count() > 0 || shard.arrival.count() > 0 {
+                latency.merge(&shard.latency);
+                arrival.merge(&shard.arrival);
+                shard.latency.reset();
+                shard.arrival.reset();
+            }
+        }
+        (latency, arrival)
     }
 
     fn take_send_lag(&self) -> Latency {
         take(&self.lag_shards)
-    }
-
-    fn take_arrival(&self) -> Latency {
-        take(&self.arrival_shards)
     }
 
     fn counters(&self) -> Counters {
@@ -240,6 +256,13 @@ fn record(shards: &[Mutex<Latency>], micros: &[u64]) {
     for &us in micros {
         h.record(us);
     }
+}
+
+/// One thread's acknowledgement latencies: to the read, and (MQTT) to the PUBACK's arrival at the socket.
+#[derive(Default)]
+struct AckShard {
+    latency: Latency,
+    arrival: Latency,
 }
 
 /// Merges and empties sharded histograms.
@@ -317,9 +340,10 @@ pub async fn run_slice(
         refused: AtomicU64::new(0),
         settled: AtomicU64::new(0),
         refusals: Mutex::new(BTreeMap::new()),
-        shards: (0..SHARDS).map(|_| Mutex::new(Latency::new())).collect(),
+        shards: (0..SHARDS)
+            .map(|_| Mutex::new(AckShard::default()))
+            .collect(),
         lag_shards: (0..SHARDS).map(|_| Mutex::new(Latency::new())).collect(),
-        arrival_shards: (0..SHARDS).map(|_| Mutex::new(Latency::new())).collect(),
         pace: match (&slice.scenario.transport, open_loop_rate(&slice.scenario)) {
             (Transport::Mqtt, Some(_)) => (0..count).map(|_| Notify::new()).collect(),
             _ => Vec::new(),
@@ -343,12 +367,13 @@ pub async fn run_slice(
                 tokio::select! {
                     _ = interval.tick() => {
                         let go = *shared.go.borrow();
+                        let (latency, arrival) = shared.take_latencies();
                         let tick = Tick {
                             load_ms: go.map(|start| start.elapsed().as_millis() as u64),
                             counters: shared.counters(),
-                            latency: shared.take_latency().to_base64(),
+                            latency: latency.to_base64(),
                             send_lag: shared.take_send_lag().to_base64(),
-                            arrival: shared.take_arrival().to_base64(),
+                            arrival: arrival.to_base64(),
                         };
                         if events.send(Event::Tick(tick)).is_err() {
                             return;
@@ -381,12 +406,13 @@ pub async fn run_slice(
 
     // The last interval's latencies and the final counters.
     let go = *shared.go.borrow();
+    let (latency, arrival) = shared.take_latencies();
     let tick = Tick {
         load_ms: go.map(|start| start.elapsed().as_millis() as u64),
         counters: shared.counters(),
-        latency: shared.take_latency().to_base64(),
+        latency: latency.to_base64(),
         send_lag: shared.take_send_lag().to_base64(),
-        arrival: shared.take_arrival().to_base64(),
+        arrival: arrival.to_base64(),
     };
     let _ = events.send(Event::Tick(tick));
 

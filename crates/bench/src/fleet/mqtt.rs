@@ -428,9 +428,8 @@ impl Device {
                             }
                         }
                     }
-                    self.shared.record_latencies(&latencies);
+                    self.shared.record_latencies(&latencies, &arrivals);
                     latencies.clear();
-                    self.shared.record_arrivals(&arrivals);
                     arrivals.clear();
                 }
                 _ = notified.as_mut(), if pace.is_some() && !stopping => {
