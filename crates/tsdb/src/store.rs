@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use fleetwire_model::Value;
-use parking_lot::{MappedRwLockReadGuard, RwLock, RwLockReadGuard};
+use parking_lot::{MappedRwLockReadGuard, Mutex, RwLock, RwLockReadGuard};
 
 use crate::chunk::{self, Header};
 use crate::error::{Error, Result};
@@ -43,8 +43,34 @@ pub struct ChunkStats {
     pub bytes: u64,
 }
 
-pub(crate) fn chunk_key(id: SeriesId, start_ts: i64) -> [u8; 16] {
-    let mut key = [0u8; 16];
+impl ChunkStats {
+    /// One chunk of `points` points whose blob is `blob_len` bytes.
+    fn chunk(points: u32, blob_len: usize) -> ChunkStats {
+        ChunkStats {
+            chunk_count: 1,
+            point_count: u64::from(points),
+            bytes: (CHUNK_KEY_LEN + blob_len) as u64,
+        }
+    }
+
+    fn add(&mut self, other: ChunkStats) {
+        self.chunk_count += other.chunk_count;
+        self.point_count += other.point_count;
+        self.bytes += other.bytes;
+    }
+
+    fn sub(&mut self, other: ChunkStats) {
+        self.chunk_count = self.chunk_count.saturating_sub(other.chunk_count);
+        self.point_count = self.point_count.saturating_sub(other.point_count);
+        self.bytes = self.bytes.saturating_sub(other.bytes);
+    }
+}
+
+/// A chunk key's length: series id and start ts, 8 bytes each.
+const CHUNK_KEY_LEN: usize = 16;
+
+pub(crate) fn chunk_key(id: SeriesId, start_ts: i64) -> [u8; CHUNK_KEY_LEN] {
+    let mut key = [0u8; CHUNK_KEY_LEN];
     key[..8].copy_from_slice(&id.to_key());
     key[8..].copy_from_slice(&((start_ts as u64) ^ (1 << 63)).to_be_bytes());
     key
@@ -55,11 +81,34 @@ fn key_start_ts(key: &[u8]) -> Option<i64> {
     Some((u64::from_be_bytes(ts) ^ (1 << 63)) as i64)
 }
 
+/// Counts the chunks of one month keyspace from their headers: what `Engine::stats` starts from.
+fn count_chunks(ks: &Keyspace) -> Result<ChunkStats> {
+    let mut stats = ChunkStats::default();
+    for guard in ks.iter() {
+        let (key, blob) = guard.into_inner()?;
+        let header = chunk::header(&blob).map_err(|e| Error::Corrupt {
+            location: format!("{}/{key:?}", ks.name()),
+            reason: e.0,
+        })?;
+        stats.chunk_count += 1;
+        stats.point_count += u64::from(header.point_count);
+        stats.bytes += (key.len() + blob.len()) as u64;
+    }
+    Ok(stats)
+}
+
 /// A stored chunk found by a seek: its start ts (from the key), header and blob.
 struct Found {
     start_ts: i64,
     header: Header,
     blob: fjall::Slice,
+}
+
+impl Found {
+    /// What this chunk adds to [`ChunkStats`].
+    fn stats(&self) -> ChunkStats {
+        ChunkStats::chunk(self.header.point_count, self.blob.len())
+    }
 }
 
 /// Whether the store takes writes, as [`crate::Tsdb::write_state`] reports it.
@@ -102,6 +151,11 @@ struct Engine {
     series: Keyspace,
     latest: Keyspace,
     months: RwLock<BTreeMap<i64, Keyspace>>,
+    /// What `chunk_stats` reports, by month: counted from every chunk header once, when the engine opens,
+    /// then kept by each write that adds, replaces or removes a chunk, after it commits. A scrape of
+    /// `/metrics` read every chunk instead: 180 ms of a core for 183,000 chunks (163M points) on a server
+    /// under load, every 30 s, and growing with the store.
+    stats: Mutex<BTreeMap<i64, ChunkStats>>,
     chunk_points_max: usize,
 }
 
@@ -297,7 +351,7 @@ impl Store {
     }
 
     pub(crate) fn chunk_stats(&self) -> Result<ChunkStats> {
-        self.engine()?.chunk_stats()
+        Ok(self.engine()?.chunk_stats())
     }
 
     /// Drops every month keyspace that ends at or before `cutoff_ms`; returns how many.
@@ -317,9 +371,12 @@ impl Engine {
         let series = db.keyspace("series", KeyspaceCreateOptions::default)?;
         let latest = db.keyspace("latest", KeyspaceCreateOptions::default)?;
         let mut months = BTreeMap::new();
+        let mut stats = BTreeMap::new();
         for name in db.list_keyspace_names() {
             if let Some(month) = parse_keyspace_name(&name) {
-                months.insert(month, db.keyspace(&name, chunk_keyspace_options)?);
+                let ks = db.keyspace(&name, chunk_keyspace_options)?;
+                stats.insert(month, count_chunks(&ks)?);
+                months.insert(month, ks);
             }
         }
         Ok(Engine {
@@ -327,6 +384,7 @@ impl Engine {
             series,
             latest,
             months: RwLock::new(months),
+            stats: Mutex::new(stats),
             chunk_points_max,
         })
     }
@@ -393,7 +451,7 @@ impl Engine {
                 None => points.len(),
             };
             let ks = self.month_keyspace(month)?;
-            self.write_month(&ks, id, &points.part(i, j))?;
+            self.write_month(month, &ks, id, &points.part(i, j))?;
             i = j;
         }
         Ok(())
@@ -403,7 +461,7 @@ impl Engine {
     /// range (merged into it, new points winning on an equal ts) or into the gap before the
     /// next stored chunk (appended to the previous chunk while it has room, else new chunks),
     /// so only chunks that really overlap are rewritten and series chunks never overlap.
-    fn write_month(&self, ks: &Keyspace, id: SeriesId, g: &Points) -> Result<()> {
+    fn write_month(&self, month: i64, ks: &Keyspace, id: SeriesId, g: &Points) -> Result<()> {
         let ts = g.ts();
         let mut i = 0;
         while i < g.len() {
@@ -414,7 +472,7 @@ impl Engine {
                     let j = ts.partition_point(|&x| x <= p.header.last_ts);
                     let existing = self.decode(ks, id, &p)?;
                     let merged = Points::merge(&existing, &g.part(i, j));
-                    self.replace(ks, id, Some(p.start_ts), &merged)?;
+                    self.replace(month, ks, id, Some(&p), &merged)?;
                     i = j;
                 }
                 pred => {
@@ -430,9 +488,9 @@ impl Engine {
                         {
                             let existing = self.decode(ks, id, &p)?;
                             let merged = Points::merge(&existing, &run);
-                            self.replace(ks, id, Some(p.start_ts), &merged)?;
+                            self.replace(month, ks, id, Some(&p), &merged)?;
                         }
-                        _ => self.replace(ks, id, None, &run)?,
+                        _ => self.replace(month, ks, id, None, &run)?,
                     }
                     i = j;
                 }
@@ -441,19 +499,22 @@ impl Engine {
         Ok(())
     }
 
-    /// Atomically replaces the chunk starting at `old_start` (if any) by `points`, split into
-    /// balanced chunks of at most `chunk_points_max` points.
+    /// Atomically replaces the chunk `old` of `month` (if any) by `points`, split into balanced chunks
+    /// of at most `chunk_points_max` points.
     fn replace(
         &self,
+        month: i64,
         ks: &Keyspace,
         id: SeriesId,
-        old_start: Option<i64>,
+        old: Option<&Found>,
         points: &Points,
     ) -> Result<()> {
         assert!(!points.is_empty(), "replace with no points");
         let pieces = points.len().div_ceil(self.chunk_points_max.max(1));
         let piece_len = points.len().div_ceil(pieces);
+        let old_start = old.map(|o| o.start_ts);
         let mut batch = self.batch();
+        let mut added = ChunkStats::default();
         let mut overwritten = false;
         let mut lo = 0;
         while lo < points.len() {
@@ -462,6 +523,7 @@ impl Engine {
             let start = points.ts()[lo];
             overwritten |= old_start == Some(start);
             let blob = chunk::encode(&piece).map_err(|e| Error::Encode(e.0))?;
+            added.add(ChunkStats::chunk((hi - lo) as u32, blob.len()));
             batch.insert(ks, chunk_key(id, start), blob);
             lo = hi;
         }
@@ -469,6 +531,12 @@ impl Engine {
             batch.remove(ks, chunk_key(id, old));
         }
         batch.commit()?;
+        let mut stats = self.stats.lock();
+        let month_stats = stats.entry(month).or_default();
+        if let Some(old) = old {
+            month_stats.sub(old.stats());
+        }
+        month_stats.add(added);
         Ok(())
     }
 
@@ -528,14 +596,15 @@ impl Engine {
         if start >= end {
             return Ok(0);
         }
-        let keyspaces: Vec<Keyspace> = self
+        let keyspaces: Vec<(i64, Keyspace)> = self
             .months
             .read()
             .range(month_of(start)..=month_of(end - 1))
-            .map(|(_, ks)| ks.clone())
+            .map(|(&month, ks)| (month, ks.clone()))
             .collect();
         let mut deleted = 0;
-        for ks in &keyspaces {
+        for (month, ks) in &keyspaces {
+            let (month, ks) = (*month, ks);
             let lo = match self.last_at_or_before(ks, id, start)? {
                 Some(p) if p.header.last_ts >= start => p.start_ts,
                 _ => start,
@@ -548,7 +617,7 @@ impl Engine {
                 if found.header.first_ts >= start && found.header.last_ts < end {
                     // Wholly inside the range: no need to decode it.
                     deleted += found.header.point_count as usize;
-                    ks.remove(chunk_key(id, found.start_ts))?;
+                    self.remove(month, ks, id, &found)?;
                     continue;
                 }
                 let points = self.decode(ks, id, &found)?;
@@ -558,9 +627,9 @@ impl Engine {
                 }
                 deleted += points.len() - kept.len();
                 if kept.is_empty() {
-                    ks.remove(chunk_key(id, found.start_ts))?;
+                    self.remove(month, ks, id, &found)?;
                 } else {
-                    self.replace(ks, id, Some(found.start_ts), &kept)?;
+                    self.replace(month, ks, id, Some(&found), &kept)?;
                 }
             }
         }
@@ -611,22 +680,21 @@ impl Engine {
         Ok(ControlFlow::Continue(()))
     }
 
-    fn chunk_stats(&self) -> Result<ChunkStats> {
-        let keyspaces: Vec<Keyspace> = self.months.read().values().cloned().collect();
-        let mut stats = ChunkStats::default();
-        for ks in &keyspaces {
-            for guard in ks.iter() {
-                let (key, blob) = guard.into_inner()?;
-                let header = chunk::header(&blob).map_err(|e| Error::Corrupt {
-                    location: format!("{}/{key:?}", ks.name()),
-                    reason: e.0,
-                })?;
-                stats.chunk_count += 1;
-                stats.point_count += u64::from(header.point_count);
-                stats.bytes += (key.len() + blob.len()) as u64;
-            }
+    /// Removes the stored chunk `found` of `month` (not synced, as every chunk write).
+    fn remove(&self, month: i64, ks: &Keyspace, id: SeriesId, found: &Found) -> Result<()> {
+        ks.remove(chunk_key(id, found.start_ts))?;
+        if let Some(stats) = self.stats.lock().get_mut(&month) {
+            stats.sub(found.stats());
         }
-        Ok(stats)
+        Ok(())
+    }
+
+    fn chunk_stats(&self) -> ChunkStats {
+        let mut total = ChunkStats::default();
+        for stats in self.stats.lock().values() {
+            total.add(*stats);
+        }
+        total
     }
 
     /// Drops every month keyspace that ends at or before `cutoff_ms`; returns how many.
@@ -640,6 +708,7 @@ impl Engine {
         for month in &doomed {
             if let Some(ks) = months.remove(month) {
                 self.db.delete_keyspace(ks)?;
+                self.stats.lock().remove(month);
             }
         }
         Ok(doomed.len())

@@ -211,8 +211,12 @@ fn chunks_split_at_month_boundaries_and_retention_drops_whole_months() {
         all(&db, "t").iter().map(|p| p.0).collect::<Vec<_>>(),
         ts[3..].to_vec()
     );
+    // The dropped month's chunk is no longer counted, now or after a reopen.
+    let kept = db.chunk_stats().unwrap();
+    assert_eq!((kept.chunk_count, kept.point_count), (1, 3));
     drop(db);
     let db = open(&dir, 1000);
+    assert_eq!(db.chunk_stats().unwrap(), kept);
     assert_eq!(all(&db, "t").len(), 3, "the dropped month stays dropped");
     assert_eq!(db.latest(DEV, &["t"])[0].ts, ts[5]);
 }

@@ -1,12 +1,9 @@
 //! One scrape: the static counters, then what the log, the processors, the time-series store, the
-//! sessions and the process say right now. Blocking (it reads `/proc` and the chunk store), so the
-//! handler runs it on the blocking pool.
-
-use std::time::{Duration, Instant};
+//! sessions and the process say right now. Blocking (it reads `/proc`), so the handler runs it on the
+//! blocking pool.
 
 use fleetwire_log::{LatencySnapshot, TimeSnapshot, LATENCY_BOUNDS_US};
-use fleetwire_tsdb::{ChunkStats, WriteState};
-use parking_lot::Mutex;
+use fleetwire_tsdb::WriteState;
 
 use super::exposition::{Exposition, Histogram, Kind};
 use super::{
@@ -14,12 +11,6 @@ use super::{
     PUBACK_BUCKETS,
 };
 use crate::AppState;
-
-/// `Tsdb::chunk_stats` reads every chunk header, so a scrape reuses a result younger than this.
-const CHUNK_STATS_MAX_AGE: Duration = Duration::from_secs(30);
-
-/// The last chunk stats read, with when and of which store (tests run several servers in one process).
-static CHUNK_STATS: Mutex<Option<(usize, Instant, ChunkStats)>> = Mutex::new(None);
 
 /// The whole `/metrics` text.
 pub fn render(state: &AppState) -> String {
@@ -360,44 +351,29 @@ fn histogram<const B: usize>(
 
 fn stores(e: &mut Exposition, state: &AppState) {
     let tsdb = state.ingest.tsdb();
-    let store = std::ptr::from_ref(tsdb) as usize;
-    let chunks = {
-        let mut cached = CHUNK_STATS.lock();
-        match *cached {
-            Some((of, at, stats)) if of == store && at.elapsed() < CHUNK_STATS_MAX_AGE => {
-                Some(stats)
-            }
-            _ => match tsdb.chunk_stats() {
-                Ok(stats) => {
-                    *cached = Some((store, Instant::now(), stats));
-                    Some(stats)
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "cannot read chunk stats for /metrics");
-                    None
-                }
-            },
+    // Kept by the store as it writes (a count, not a read of the chunks).
+    match tsdb.chunk_stats() {
+        Ok(chunks) => {
+            e.single(
+                "fleetwire_tsdb_chunks",
+                Kind::Gauge,
+                "Sealed time-series chunks stored.",
+                chunks.chunk_count,
+            );
+            e.single(
+                "fleetwire_tsdb_chunk_points",
+                Kind::Gauge,
+                "Data points in sealed chunks.",
+                chunks.point_count,
+            );
+            e.single(
+                "fleetwire_tsdb_chunk_bytes",
+                Kind::Gauge,
+                "Key and value bytes of sealed chunks.",
+                chunks.bytes,
+            );
         }
-    };
-    if let Some(chunks) = chunks {
-        e.single(
-            "fleetwire_tsdb_chunks",
-            Kind::Gauge,
-            "Sealed time-series chunks stored (refreshed at most every 30 s).",
-            chunks.chunk_count,
-        );
-        e.single(
-            "fleetwire_tsdb_chunk_points",
-            Kind::Gauge,
-            "Data points in sealed chunks (refreshed at most every 30 s).",
-            chunks.point_count,
-        );
-        e.single(
-            "fleetwire_tsdb_chunk_bytes",
-            Kind::Gauge,
-            "Key and value bytes of sealed chunks (refreshed at most every 30 s).",
-            chunks.bytes,
-        );
+        Err(e) => tracing::debug!(error = %e, "no chunk stats for /metrics"),
     }
     e.single(
         "fleetwire_tsdb_refusing_writes",
@@ -481,6 +457,8 @@ fn process_metrics(e: &mut Exposition) {
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, Instant};
+
     use super::*;
     use crate::metrics::exposition::tests::{check_histograms, parse};
     use crate::Config;
