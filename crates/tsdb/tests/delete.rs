@@ -97,10 +97,12 @@ fn a_range_leaves_chunks_head_and_other_keys_consistent() {
     // same as a count of every chunk after a reopen, and every point of both keys, all sealed now.
     let kept = db.chunk_stats().unwrap();
     assert_eq!(kept.point_count, (expected.len() + written.len()) as u64);
+    assert_eq!(db.count_chunk_stats().unwrap(), kept);
     drop(db);
     let db = open(dir.path());
     assert_eq!(all(&db, "t"), expected);
     assert_eq!(db.chunk_stats().unwrap(), kept);
+    assert_eq!(db.count_chunk_stats().unwrap(), kept);
 }
 
 #[test]

@@ -217,6 +217,7 @@ fn chunks_split_at_month_boundaries_and_retention_drops_whole_months() {
     drop(db);
     let db = open(&dir, 1000);
     assert_eq!(db.chunk_stats().unwrap(), kept);
+    assert_eq!(db.count_chunk_stats().unwrap(), kept);
     assert_eq!(all(&db, "t").len(), 3, "the dropped month stays dropped");
     assert_eq!(db.latest(DEV, &["t"])[0].ts, ts[5]);
 }
