@@ -1,11 +1,10 @@
 //! Chunk storage in fjall: where sealed chunks live and how a new chunk is merged with the ones
 //! already stored.
 //!
-//! Keyspaces: `series` (the series index, see `series.rs`), `latest` (see `latest.rs`), `chunk_stats`
-//! (the counts `/metrics` reports, per month, see [`ChunkStats`]) and one `chunks_YYYY_MM` keyspace per
-//! UTC month. In a month keyspace, key = series id (u64 BE) +
+//! Keyspaces: `series` (the series index, see `series.rs`), `latest` (see `latest.rs`) and one
+//! `chunks_YYYY_MM` keyspace per UTC month. In a month keyspace, key = series id (u64 BE) +
 //! chunk first ts (i64 with the sign bit flipped, BE, so byte order is time order), value =
-//! the chunk blob (`chunk.rs`). fjall 3 keyspaces are separate LSM trees sharing one journal,
+//! the chunk blob (`chunk.rs`); one more key, [`STATS_KEY`], holds the month's [`ChunkStats`]. fjall 3 keyspaces are separate LSM trees sharing one journal,
 //! so a keyspace per month costs little, and retention drops a month with one
 //! `delete_keyspace` instead of deleting millions of keys.
 //!
@@ -23,6 +22,7 @@ use std::collections::BTreeMap;
 use std::ops::{Bound, ControlFlow};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use fleetwire_model::Value;
@@ -70,17 +70,19 @@ impl ChunkStats {
 /// A chunk key's length: series id and start ts, 8 bytes each.
 const CHUNK_KEY_LEN: usize = 16;
 
-/// Key of a month's record in the `chunk_stats` keyspace: the month as a chunk key's ts is written.
-fn stats_key(month: i64) -> [u8; 8] {
-    ((month as u64) ^ (1 << 63)).to_be_bytes()
-}
+/// The key of a month keyspace's own [`ChunkStats`] record, beside its chunks. It is a proper prefix of the
+/// chunk keys of series `u64::MAX`, so it sorts after every other series' chunks and just before that
+/// one's: never inside a series' range `chunk_key(id, a) ..= chunk_key(id, b)`, which is all any read of
+/// chunks asks for. It is not 16 bytes long, so a full scan tells it from a chunk.
+///
+/// Why in the month's keyspace rather than a keyspace of its own: fjall recovers each keyspace from its
+/// own flushed tables plus the journal's batches after them, so two keyspaces can come back from a power
+/// loss at different points of the journal (one had flushed a batch the journal lost). One keyspace comes
+/// back as a prefix of its batches, and a record written in each batch that changes the chunks matches
+/// them.
+const STATS_KEY: [u8; 8] = [0xFF; 8];
 
-fn stats_key_month(key: &[u8]) -> Option<i64> {
-    let key: [u8; 8] = key.try_into().ok()?;
-    Some((u64::from_be_bytes(key) ^ (1 << 63)) as i64)
-}
-
-/// A month's record in `chunk_stats`: chunk count, point count and bytes, u64 LE each.
+/// A month's [`STATS_KEY`] record: chunk count, point count and bytes, u64 LE each.
 fn encode_stats(stats: &ChunkStats) -> [u8; 24] {
     let mut value = [0u8; 24];
     value[..8].copy_from_slice(&stats.chunk_count.to_le_bytes());
@@ -116,20 +118,91 @@ fn key_start_ts(key: &[u8]) -> Option<i64> {
 }
 
 /// Counts the chunks of one month keyspace from their headers: reads every chunk, so only when a month has
-/// no record in `chunk_stats` (a store written before it existed) and for [`Store::count_chunk_stats`].
+/// no readable record (a store written before records existed) and for [`Store::count_chunk_stats`]. A
+/// chunk whose header cannot be read is counted without its points: such a chunk is never replaced or
+/// removed (reading it fails first), so the count stays what later writes keep, and the store still opens.
 fn count_chunks(ks: &Keyspace) -> Result<ChunkStats> {
     let mut stats = ChunkStats::default();
+    let mut unreadable = 0u64;
     for guard in ks.iter() {
         let (key, blob) = guard.into_inner()?;
-        let header = chunk::header(&blob).map_err(|e| Error::Corrupt {
-            location: format!("{}/{key:?}", ks.name()),
-            reason: e.0,
-        })?;
+        if key.len() != CHUNK_KEY_LEN {
+            continue;
+        }
+        match chunk::header(&blob) {
+            Ok(header) => stats.point_count += u64::from(header.point_count),
+            Err(_) => unreadable += 1,
+        }
         stats.chunk_count += 1;
-        stats.point_count += u64::from(header.point_count);
         stats.bytes += (key.len() + blob.len()) as u64;
     }
+    if unreadable > 0 {
+        tracing::warn!(keyspace = %ks.name(), chunks = unreadable, "chunks whose header cannot be read, counted without their points");
+    }
     Ok(stats)
+}
+
+/// The record of `ks`, or, where it has none that reads, a count of its chunks, recorded. Not synced: a
+/// crash that loses the record means one more count at the next open.
+fn recorded_or_counted(ks: &Keyspace) -> Result<ChunkStats> {
+    if let Some(value) = ks.get(STATS_KEY)? {
+        match decode_stats(&value) {
+            Some(stats) => return Ok(stats),
+            None => {
+                tracing::warn!(keyspace = %ks.name(), "malformed chunk stats record; counting the chunks again");
+            }
+        }
+    }
+    let counted = count_chunks(ks)?;
+    tracing::info!(keyspace = %ks.name(), chunks = counted.chunk_count, "counted the chunks of a month without a stats record");
+    ks.insert(STATS_KEY, encode_stats(&counted))?;
+    Ok(counted)
+}
+
+/// One month keyspace and its chunk counts.
+#[derive(Clone)]
+struct Month {
+    ks: Keyspace,
+    stats: Arc<MonthStats>,
+}
+
+/// A month's [`ChunkStats`]: as last committed, and a copy for readers.
+struct MonthStats {
+    /// Held by a chunk write from reading the counts to committing its batch (with the new record) and
+    /// updating them, so that the month's records go into the journal in the order of its writes.
+    committed: Mutex<ChunkStats>,
+    /// What `chunk_stats` sums: a scrape must not wait for a commit, which can wait on fjall's write stall.
+    published: [AtomicU64; 3],
+}
+
+impl Month {
+    fn new(ks: Keyspace, stats: ChunkStats) -> Month {
+        let month_stats = MonthStats {
+            committed: Mutex::new(stats),
+            published: Default::default(),
+        };
+        month_stats.publish(stats);
+        Month {
+            ks,
+            stats: Arc::new(month_stats),
+        }
+    }
+}
+
+impl MonthStats {
+    fn publish(&self, stats: ChunkStats) {
+        self.published[0].store(stats.chunk_count, Ordering::Relaxed);
+        self.published[1].store(stats.point_count, Ordering::Relaxed);
+        self.published[2].store(stats.bytes, Ordering::Relaxed);
+    }
+
+    fn published(&self) -> ChunkStats {
+        ChunkStats {
+            chunk_count: self.published[0].load(Ordering::Relaxed),
+            point_count: self.published[1].load(Ordering::Relaxed),
+            bytes: self.published[2].load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// A stored chunk found by a seek: its start ts (from the key), header and blob.
@@ -185,16 +258,12 @@ struct Engine {
     db: Database,
     series: Keyspace,
     latest: Keyspace,
-    months: RwLock<BTreeMap<i64, Keyspace>>,
-    /// One record per month: what `chunk_stats` reports.
-    stats_ks: Keyspace,
-    /// The `chunk_stats` records, by month, as last committed. Each write that adds, replaces or removes a
-    /// chunk puts its month's new record in the same batch, and commits it holding this lock, so that the
-    /// records in the journal follow the chunks in it, in order, and a crash leaves them as exact as the
-    /// chunks it leaves. A scrape of `/metrics` read every chunk instead: 180 ms of a core for 183,000 chunks
-    /// (163M points) on a server under load, every 30 s, growing with the store; counting them when the
-    /// store opens would make every start read the whole store.
-    stats: Mutex<BTreeMap<i64, ChunkStats>>,
+    /// The month keyspaces with their chunk counts. Each write that adds, replaces or removes a chunk puts
+    /// its month's new [`STATS_KEY`] record in the same batch, so that a crash leaves the records as exact as
+    /// the chunks it leaves. A scrape of `/metrics` read every chunk instead: 180 ms of a core for 183,000
+    /// chunks (163M points) on a server under load, growing with the store; counting them when the store
+    /// opens would make every start read the whole store.
+    months: RwLock<BTreeMap<i64, Month>>,
     chunk_points_max: usize,
 }
 
@@ -396,7 +465,12 @@ impl Store {
     /// What [`Store::chunk_stats`] should say, counted from every stored chunk.
     pub(crate) fn count_chunk_stats(&self) -> Result<ChunkStats> {
         let engine = self.engine()?;
-        let keyspaces: Vec<Keyspace> = engine.months.read().values().cloned().collect();
+        let keyspaces: Vec<Keyspace> = engine
+            .months
+            .read()
+            .values()
+            .map(|m| m.ks.clone())
+            .collect();
         let mut total = ChunkStats::default();
         for ks in &keyspaces {
             total.add(count_chunks(ks)?);
@@ -420,52 +494,19 @@ impl Engine {
             .open()?;
         let series = db.keyspace("series", KeyspaceCreateOptions::default)?;
         let latest = db.keyspace("latest", KeyspaceCreateOptions::default)?;
-        let stats_ks = db.keyspace("chunk_stats", KeyspaceCreateOptions::default)?;
-        let mut recorded = BTreeMap::new();
-        let mut batch = db.batch().durability(Some(PersistMode::Buffer));
-        for guard in stats_ks.iter() {
-            let (key, value) = guard.into_inner()?;
-            match (stats_key_month(&key), decode_stats(&value)) {
-                (Some(month), Some(stats)) => {
-                    recorded.insert(month, stats);
-                }
-                // Counted again below: the record is only ever a count of what is stored.
-                _ => {
-                    tracing::warn!(key = ?key, "malformed chunk stats record; counting that month again");
-                    batch.remove(&stats_ks, key);
-                }
-            }
-        }
         let mut months = BTreeMap::new();
-        let mut stats = BTreeMap::new();
         for name in db.list_keyspace_names() {
             if let Some(month) = parse_keyspace_name(&name) {
                 let ks = db.keyspace(&name, chunk_keyspace_options)?;
-                let month_stats = match recorded.remove(&month) {
-                    Some(month_stats) => month_stats,
-                    None => {
-                        let counted = count_chunks(&ks)?;
-                        tracing::info!(month = %name, chunks = counted.chunk_count, "counted the chunks of a month without a stats record");
-                        batch.insert(&stats_ks, stats_key(month), encode_stats(&counted));
-                        counted
-                    }
-                };
-                stats.insert(month, month_stats);
-                months.insert(month, ks);
+                let stats = recorded_or_counted(&ks)?;
+                months.insert(month, Month::new(ks, stats));
             }
         }
-        // Records of months since dropped (a crash between the drop and the record's removal).
-        for month in recorded.keys() {
-            batch.remove(&stats_ks, stats_key(*month));
-        }
-        batch.commit()?;
         Ok(Engine {
             db,
             series,
             latest,
             months: RwLock::new(months),
-            stats_ks,
-            stats: Mutex::new(stats),
             chunk_points_max,
         })
     }
@@ -507,19 +548,20 @@ impl Engine {
         Ok(out)
     }
 
-    fn month_keyspace(&self, month: i64) -> Result<Keyspace> {
-        if let Some(ks) = self.months.read().get(&month) {
-            return Ok(ks.clone());
+    fn month_keyspace(&self, month: i64) -> Result<Month> {
+        if let Some(m) = self.months.read().get(&month) {
+            return Ok(m.clone());
         }
         let mut months = self.months.write();
-        if let Some(ks) = months.get(&month) {
-            return Ok(ks.clone());
+        if let Some(m) = months.get(&month) {
+            return Ok(m.clone());
         }
         let ks = self
             .db
             .keyspace(&keyspace_name(month), chunk_keyspace_options)?;
-        months.insert(month, ks.clone());
-        Ok(ks)
+        let m = Month::new(ks, ChunkStats::default());
+        months.insert(month, m.clone());
+        Ok(m)
     }
 
     /// Writes a series' points (sorted, non-empty) as chunks, merging with stored chunks.
@@ -531,8 +573,8 @@ impl Engine {
                 Some(next) => points.lower_bound(next),
                 None => points.len(),
             };
-            let ks = self.month_keyspace(month)?;
-            self.write_month(month, &ks, id, &points.part(i, j))?;
+            let m = self.month_keyspace(month)?;
+            self.write_month(&m, id, &points.part(i, j))?;
             i = j;
         }
         Ok(())
@@ -542,7 +584,8 @@ impl Engine {
     /// range (merged into it, new points winning on an equal ts) or into the gap before the
     /// next stored chunk (appended to the previous chunk while it has room, else new chunks),
     /// so only chunks that really overlap are rewritten and series chunks never overlap.
-    fn write_month(&self, month: i64, ks: &Keyspace, id: SeriesId, g: &Points) -> Result<()> {
+    fn write_month(&self, m: &Month, id: SeriesId, g: &Points) -> Result<()> {
+        let ks = &m.ks;
         let ts = g.ts();
         let mut i = 0;
         while i < g.len() {
@@ -553,7 +596,7 @@ impl Engine {
                     let j = ts.partition_point(|&x| x <= p.header.last_ts);
                     let existing = self.decode(ks, id, &p)?;
                     let merged = Points::merge(&existing, &g.part(i, j));
-                    self.replace(month, ks, id, Some(&p), &merged)?;
+                    self.replace(m, id, Some(&p), &merged)?;
                     i = j;
                 }
                 pred => {
@@ -569,9 +612,9 @@ impl Engine {
                         {
                             let existing = self.decode(ks, id, &p)?;
                             let merged = Points::merge(&existing, &run);
-                            self.replace(month, ks, id, Some(&p), &merged)?;
+                            self.replace(m, id, Some(&p), &merged)?;
                         }
-                        _ => self.replace(month, ks, id, None, &run)?,
+                        _ => self.replace(m, id, None, &run)?,
                     }
                     i = j;
                 }
@@ -580,19 +623,13 @@ impl Engine {
         Ok(())
     }
 
-    /// Atomically replaces the chunk `old` of `month` (if any) by `points`, split into balanced chunks
-    /// of at most `chunk_points_max` points.
-    fn replace(
-        &self,
-        month: i64,
-        ks: &Keyspace,
-        id: SeriesId,
-        old: Option<&Found>,
-        points: &Points,
-    ) -> Result<()> {
+    /// Atomically replaces the chunk `old` of month `m` (if any) by `points`, split into balanced chunks
+    /// of at most `chunk_points_max` points, and the month's counts.
+    fn replace(&self, m: &Month, id: SeriesId, old: Option<&Found>, points: &Points) -> Result<()> {
         assert!(!points.is_empty(), "replace with no points");
         let pieces = points.len().div_ceil(self.chunk_points_max.max(1));
         let piece_len = points.len().div_ceil(pieces);
+        let ks = &m.ks;
         let old_start = old.map(|o| o.start_ts);
         let mut batch = self.batch();
         let mut added = ChunkStats::default();
@@ -611,15 +648,16 @@ impl Engine {
         if let (Some(old), false) = (old_start, overwritten) {
             batch.remove(ks, chunk_key(id, old));
         }
-        let mut stats = self.stats.lock();
-        let mut month_stats = stats.get(&month).copied().unwrap_or_default();
+        let mut committed = m.stats.committed.lock();
+        let mut stats = *committed;
         if let Some(old) = old {
-            month_stats.sub(old.stats());
+            stats.sub(old.stats());
         }
-        month_stats.add(added);
-        batch.insert(&self.stats_ks, stats_key(month), encode_stats(&month_stats));
+        stats.add(added);
+        batch.insert(ks, STATS_KEY, encode_stats(&stats));
         batch.commit()?;
-        stats.insert(month, month_stats);
+        *committed = stats;
+        m.stats.publish(stats);
         Ok(())
     }
 
@@ -679,15 +717,15 @@ impl Engine {
         if start >= end {
             return Ok(0);
         }
-        let keyspaces: Vec<(i64, Keyspace)> = self
+        let months: Vec<Month> = self
             .months
             .read()
             .range(month_of(start)..=month_of(end - 1))
-            .map(|(&month, ks)| (month, ks.clone()))
+            .map(|(_, m)| m.clone())
             .collect();
         let mut deleted = 0;
-        for (month, ks) in &keyspaces {
-            let (month, ks) = (*month, ks);
+        for m in &months {
+            let ks = &m.ks;
             let lo = match self.last_at_or_before(ks, id, start)? {
                 Some(p) if p.header.last_ts >= start => p.start_ts,
                 _ => start,
@@ -700,7 +738,7 @@ impl Engine {
                 if found.header.first_ts >= start && found.header.last_ts < end {
                     // Wholly inside the range: no need to decode it.
                     deleted += found.header.point_count as usize;
-                    self.remove(month, ks, id, &found)?;
+                    self.remove(m, id, &found)?;
                     continue;
                 }
                 let points = self.decode(ks, id, &found)?;
@@ -710,9 +748,9 @@ impl Engine {
                 }
                 deleted += points.len() - kept.len();
                 if kept.is_empty() {
-                    self.remove(month, ks, id, &found)?;
+                    self.remove(m, id, &found)?;
                 } else {
-                    self.replace(month, ks, id, Some(&found), &kept)?;
+                    self.replace(m, id, Some(&found), &kept)?;
                 }
             }
         }
@@ -736,7 +774,7 @@ impl Engine {
             .months
             .read()
             .range(month_of(start)..=month_of(end - 1))
-            .map(|(_, ks)| ks.clone())
+            .map(|(_, m)| m.ks.clone())
             .collect();
         if order == Order::Desc {
             keyspaces.reverse();
@@ -763,23 +801,24 @@ impl Engine {
         Ok(ControlFlow::Continue(()))
     }
 
-    /// Removes the stored chunk `found` of `month` (not synced, as every chunk write).
-    fn remove(&self, month: i64, ks: &Keyspace, id: SeriesId, found: &Found) -> Result<()> {
+    /// Removes the stored chunk `found` of month `m` and counts it out (not synced, as every chunk write).
+    fn remove(&self, m: &Month, id: SeriesId, found: &Found) -> Result<()> {
         let mut batch = self.batch();
-        batch.remove(ks, chunk_key(id, found.start_ts));
-        let mut stats = self.stats.lock();
-        let mut month_stats = stats.get(&month).copied().unwrap_or_default();
-        month_stats.sub(found.stats());
-        batch.insert(&self.stats_ks, stats_key(month), encode_stats(&month_stats));
+        batch.remove(&m.ks, chunk_key(id, found.start_ts));
+        let mut committed = m.stats.committed.lock();
+        let mut stats = *committed;
+        stats.sub(found.stats());
+        batch.insert(&m.ks, STATS_KEY, encode_stats(&stats));
         batch.commit()?;
-        stats.insert(month, month_stats);
+        *committed = stats;
+        m.stats.publish(stats);
         Ok(())
     }
 
     fn chunk_stats(&self) -> ChunkStats {
         let mut total = ChunkStats::default();
-        for stats in self.stats.lock().values() {
-            total.add(*stats);
+        for m in self.months.read().values() {
+            total.add(m.stats.published());
         }
         total
     }
@@ -793,12 +832,8 @@ impl Engine {
             .filter(|&m| next_month_start_ms(m).is_some_and(|next| next <= cutoff_ms))
             .collect();
         for month in &doomed {
-            if let Some(ks) = months.remove(month) {
-                self.db.delete_keyspace(ks)?;
-                let mut stats = self.stats.lock();
-                // A crash before this leaves a record without its month, which the next open removes.
-                self.stats_ks.remove(stats_key(*month))?;
-                stats.remove(month);
+            if let Some(m) = months.remove(month) {
+                self.db.delete_keyspace(m.ks)?;
             }
         }
         Ok(doomed.len())
@@ -842,11 +877,7 @@ mod tests {
     }
 
     #[test]
-    fn stats_keys_and_records_round_trip() {
-        for month in [i64::MIN, -1, 0, 1, 660, i64::MAX] {
-            assert_eq!(stats_key_month(&stats_key(month)), Some(month));
-        }
-        assert!(stats_key(-1) < stats_key(0), "months sort in time order");
+    fn stats_records_round_trip_and_their_key_is_in_no_series_range() {
         let stats = ChunkStats {
             chunk_count: 3,
             point_count: u64::MAX,
@@ -854,11 +885,52 @@ mod tests {
         };
         assert_eq!(decode_stats(&encode_stats(&stats)), Some(stats));
         assert_eq!(decode_stats(&[0; 23]), None);
-        assert_eq!(stats_key_month(&[0; 9]), None);
+        for id in [SeriesId(0), SeriesId(u64::MAX - 1), SeriesId(u64::MAX)] {
+            let key = STATS_KEY.as_slice();
+            let inside = chunk_key(id, i64::MIN).as_slice() <= key
+                && key <= chunk_key(id, i64::MAX).as_slice();
+            assert!(!inside, "{id:?}");
+        }
+        assert!(chunk_key(SeriesId(u64::MAX - 1), i64::MAX).as_slice() < STATS_KEY.as_slice());
+        assert!(STATS_KEY.as_slice() < chunk_key(SeriesId(u64::MAX), i64::MIN).as_slice());
     }
 
     #[test]
-    fn missing_malformed_and_stale_stats_records_are_put_right_on_open() {
+    fn the_last_series_id_reads_and_deletes_its_own_chunks_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let jan = 1_704_067_200_000; // 2024-01-01
+        let store = Store::open(dir.path(), 10).unwrap();
+        for id in [SeriesId(u64::MAX - 1), SeriesId(u64::MAX)] {
+            store.write_points(id, &longs(jan..jan + 25)).unwrap();
+        }
+        let mut seen = 0;
+        let flow = store
+            .scan(
+                SeriesId(u64::MAX),
+                i64::MIN,
+                i64::MAX,
+                Order::Desc,
+                &mut |p| {
+                    seen += p.len();
+                    ControlFlow::Continue(())
+                },
+            )
+            .unwrap();
+        assert!(flow.is_continue());
+        assert_eq!(seen, 25);
+        assert_eq!(
+            store
+                .delete_range(SeriesId(u64::MAX), i64::MIN, i64::MAX)
+                .unwrap(),
+            25
+        );
+        let kept = store.chunk_stats().unwrap();
+        assert_eq!(kept.point_count, 25);
+        assert_eq!(store.count_chunk_stats().unwrap(), kept);
+    }
+
+    #[test]
+    fn missing_malformed_and_unreadable_are_counted_on_open() {
         let dir = tempfile::tempdir().unwrap();
         let jan = 1_704_067_200_000; // 2024-01-01
         let march = jan + 70 * 86_400_000;
@@ -880,34 +952,38 @@ mod tests {
         let kept = store.chunk_stats().unwrap();
         assert_eq!(kept.point_count, 27);
         assert_eq!(store.count_chunk_stats().unwrap(), kept);
+        let garbage = [9u8; 40];
         {
             // A store written before the records existed has none; a damaged one has a record that does
-            // not decode; a crash during a month's drop leaves its record behind.
+            // not decode, or a chunk whose header does not.
             let engine = store.engine().unwrap();
-            engine.stats_ks.remove(stats_key(month_of(jan))).unwrap();
-            engine
-                .stats_ks
-                .insert(stats_key(month_of(march)), [7u8; 5])
+            let months = engine.months.read();
+            months[&month_of(jan)].ks.remove(STATS_KEY).unwrap();
+            let march_ks = &months[&month_of(march)].ks;
+            march_ks.insert(STATS_KEY, [7u8; 5]).unwrap();
+            march_ks
+                .insert(chunk_key(SeriesId(3), march), garbage)
                 .unwrap();
-            engine
-                .stats_ks
-                .insert(stats_key(month_of(jan) - 12), encode_stats(&kept))
-                .unwrap();
-            engine.stats_ks.insert([1u8; 3], [0u8; 24]).unwrap();
         }
         drop(store);
         let store = Store::open(dir.path(), 10).unwrap();
-        assert_eq!(store.chunk_stats().unwrap(), kept);
-        let engine = store.engine().unwrap();
-        let months: Vec<Option<i64>> = engine
-            .stats_ks
-            .iter()
-            .map(|guard| stats_key_month(&guard.key().unwrap()))
-            .collect();
-        assert_eq!(
-            months,
-            vec![Some(month_of(jan)), Some(month_of(march))],
-            "one record per stored month"
-        );
+        let expected = ChunkStats {
+            chunk_count: kept.chunk_count + 1,
+            point_count: kept.point_count,
+            bytes: kept.bytes + (CHUNK_KEY_LEN + garbage.len()) as u64,
+        };
+        assert_eq!(store.chunk_stats().unwrap(), expected);
+        // And recorded: the next open reads the records.
+        {
+            let engine = store.engine().unwrap();
+            for m in engine.months.read().values() {
+                let record = m.ks.get(STATS_KEY).unwrap().unwrap();
+                assert_eq!(decode_stats(&record), Some(m.stats.published()));
+            }
+        }
+        drop(store);
+        let store = Store::open(dir.path(), 10).unwrap();
+        assert_eq!(store.chunk_stats().unwrap(), expected);
+        assert_eq!(store.count_chunk_stats().unwrap(), expected);
     }
 }
