@@ -376,6 +376,12 @@ impl Store {
         self.engine()?.load_series()
     }
 
+    /// Forgets the index record of series `id`, as a power loss can (see [`Store::max_stored_series_id`]).
+    #[cfg(test)]
+    pub(crate) fn forget_series(&self, id: SeriesId) -> Result<()> {
+        Ok(self.engine()?.series.remove(id.to_key())?)
+    }
+
     pub(crate) fn insert_series(&self, id: SeriesId, entity: u128, key: &str) -> Result<()> {
         self.check_writable()?;
         // Each write keeps the engine's read guard until its result is guarded, so that a failure of
@@ -389,6 +395,50 @@ impl Store {
 
     pub(crate) fn load_latest(&self) -> Result<Vec<(SeriesId, i64, Value)>> {
         self.engine()?.load_latest()
+    }
+
+    /// The highest series id that any chunk or latest value is stored under, whether or not the series
+    /// index has it. fjall recovers each keyspace from its own flushed tables plus the journal after them,
+    /// so after a power loss a month keyspace that had flushed can hold chunks of a series whose index
+    /// record was in the journal's lost tail; a new series must not get that id, or it would read those
+    /// chunks as its own. (The log still holds that series' records, since nothing was synced after its
+    /// index record: replay writes them again under a new id.) One seek per keyspace.
+    pub(crate) fn max_stored_series_id(&self) -> Result<Option<u64>> {
+        let engine = self.engine()?;
+        let series_of = |key: &[u8]| -> Option<u64> {
+            let id: [u8; 8] = key.get(..8)?.try_into().ok()?;
+            Some(u64::from_be_bytes(id))
+        };
+        let mut max = match engine.latest.last_key_value() {
+            Some(guard) => series_of(&guard.key()?),
+            None => None,
+        };
+        let keyspaces: Vec<Keyspace> = engine
+            .months
+            .read()
+            .values()
+            .map(|m| m.ks.clone())
+            .collect();
+        for ks in &keyspaces {
+            // The last chunk key: of series u64::MAX, above the stats record, or the last one below it.
+            let mut last = None;
+            for guard in ks.range(STATS_KEY.as_slice()..).rev() {
+                let key = guard.key()?;
+                if key.len() == CHUNK_KEY_LEN {
+                    last = Some(key);
+                    break;
+                }
+            }
+            if last.is_none() {
+                if let Some(guard) = ks.range(..STATS_KEY.as_slice()).next_back() {
+                    last = Some(guard.key()?);
+                }
+            }
+            if let Some(id) = last.as_deref().and_then(series_of) {
+                max = max.max(Some(id));
+            }
+        }
+        Ok(max)
     }
 
     /// Writes latest values in one batch, then fsyncs the journal: everything written to the

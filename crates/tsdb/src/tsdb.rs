@@ -135,11 +135,18 @@ impl Tsdb {
                 .or_default()
                 .insert(&key, SeriesState::new(id));
         }
+        // Never an id that stored chunks or latest values use (see `Store::max_stored_series_id`).
+        if let Some(max) = self.store.max_stored_series_id()? {
+            if max >= next_id {
+                tracing::warn!(series = max, indexed_below = next_id, "stored data of series missing from the index (lost with the journal's tail); new series get higher ids");
+                next_id = max.saturating_add(1);
+            }
+        }
         self.next_series_id.store(next_id, Ordering::Relaxed);
         for (id, ts, value) in self.store.load_latest()? {
             let Some((entity, key)) = owner.get(&id) else {
-                // A latest record whose series record is missing cannot happen with one
-                // ordered journal; skip it rather than refuse to start.
+                // Its series record was in the journal's lost tail while the latest keyspace had
+                // flushed (a power loss); skip it rather than refuse to start.
                 tracing::warn!(series = id.0, "latest value of an unknown series ignored");
                 continue;
             };
@@ -736,6 +743,39 @@ const _: () = {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_series_never_gets_the_id_of_stored_chunks_the_index_lost() {
+        use crate::{Order, Query};
+        let dir = tempfile::tempdir().unwrap();
+        let config = TsdbConfig::default();
+        let ts = 1_704_067_200_000; // 2024-01-01
+        let src = |pos| Source { partition: 0, pos };
+        let all = Query::raw(i64::MIN, i64::MAX, usize::MAX, Order::Asc);
+        let db = Tsdb::open(dir.path(), config.clone()).unwrap();
+        db.write(src(0), 1, "a", ts, &Value::Long(1)).unwrap();
+        db.write(src(1), 2, "b", ts, &Value::Long(2)).unwrap();
+        db.seal_all().unwrap();
+        db.persist().unwrap();
+        // A power loss after the chunks' keyspace flushed and before the journal holding the index record
+        // of series 1 (entity 2's "b") was synced.
+        db.store.forget_series(SeriesId(1)).unwrap();
+        drop(db);
+        let db = Tsdb::open(dir.path(), config).unwrap();
+        db.write(src(2), 3, "c", ts + 1, &Value::Long(3)).unwrap();
+        assert_eq!(
+            db.query(3, "c", &all).unwrap(),
+            vec![(ts + 1, Value::Long(3))]
+        );
+        db.seal_all().unwrap();
+        assert_eq!(
+            db.query(3, "c", &all).unwrap(),
+            vec![(ts + 1, Value::Long(3))]
+        );
+        assert_eq!(db.query(1, "a", &all).unwrap(), vec![(ts, Value::Long(1))]);
+        // The store's own record of what it holds: series 1's orphaned chunk and the two others.
+        assert_eq!(db.store.max_stored_series_id().unwrap(), Some(2));
+    }
 
     #[test]
     fn heads_get_capacities_spread_over_an_octave_once_they_hold_a_few_points() {
