@@ -413,12 +413,7 @@ impl Store {
             Some(guard) => series_of(&guard.key()?),
             None => None,
         };
-        let keyspaces: Vec<Keyspace> = engine
-            .months
-            .read()
-            .values()
-            .map(|m| m.ks.clone())
-            .collect();
+        let keyspaces = engine.month_keyspaces();
         for ks in &keyspaces {
             // The last chunk key: of series u64::MAX, above the stats record, or the last one below it.
             let mut last = None;
@@ -515,12 +510,7 @@ impl Store {
     /// What [`Store::chunk_stats`] should say, counted from every stored chunk.
     pub(crate) fn count_chunk_stats(&self) -> Result<ChunkStats> {
         let engine = self.engine()?;
-        let keyspaces: Vec<Keyspace> = engine
-            .months
-            .read()
-            .values()
-            .map(|m| m.ks.clone())
-            .collect();
+        let keyspaces = engine.month_keyspaces();
         let mut total = ChunkStats::default();
         for ks in &keyspaces {
             total.add(count_chunks(ks)?);
@@ -596,6 +586,11 @@ impl Engine {
             out.push((SeriesId(u64::from_be_bytes(id)), ts, value));
         }
         Ok(out)
+    }
+
+    /// Every month keyspace, oldest first.
+    fn month_keyspaces(&self) -> Vec<Keyspace> {
+        self.months.read().values().map(|m| m.ks.clone()).collect()
     }
 
     fn month_keyspace(&self, month: i64) -> Result<Month> {
