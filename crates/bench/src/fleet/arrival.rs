@@ -166,12 +166,32 @@ mod tests {
         enable(&client);
         let (mut server, _) = listener.accept().await.unwrap();
 
+        // Linux turns receive stamps on for the whole system from deferred work when the first socket asks,
+        // so the first segments after that can arrive unstamped (a CI run saw it): wait for a stamped one.
+        let mut buf = BytesMut::new();
+        if cfg!(target_os = "linux") {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                server.write_all(b"x").await.unwrap();
+                let (n, arrived) = read(&client, &mut buf).await.unwrap();
+                assert!(n >= 1);
+                if arrived.is_some() {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the kernel never stamped a loopback segment"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            buf.clear();
+        }
+
         let before = Instant::now();
         server.write_all(b"hello").await.unwrap();
         let written = Instant::now();
         // The bytes wait in the socket while the reader is busy elsewhere.
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let mut buf = BytesMut::new();
         let (n, arrived) = read(&client, &mut buf).await.unwrap();
         let read_at = Instant::now();
         assert_eq!(n, 5);
