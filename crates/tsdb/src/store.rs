@@ -76,10 +76,11 @@ const CHUNK_KEY_LEN: usize = 16;
 /// chunks asks for. It is not 16 bytes long, so a full scan tells it from a chunk.
 ///
 /// Why in the month's keyspace rather than a keyspace of its own: fjall recovers each keyspace from its
-/// own flushed tables plus the journal's batches after them, so two keyspaces can come back from a power
-/// loss at different points of the journal (one had flushed a batch the journal lost). One keyspace comes
-/// back as a prefix of its batches, and a record written in each batch that changes the chunks matches
-/// them.
+/// own flushed tables plus the journal's batches after them. It syncs the journal before each flush (fjall
+/// issue #329), but a memtable sealed between that sync and the flush goes into the table with batches the
+/// journal may not have synced yet, so after a power loss two keyspaces can come back at different points
+/// of the journal (a narrow window, not one to build counts across). One keyspace comes back as a prefix
+/// of its batches, and a record written in each batch that changes the chunks matches them.
 const STATS_KEY: [u8; 8] = [0xFF; 8];
 
 /// A month's [`STATS_KEY`] record: chunk count, point count and bytes, u64 LE each.
@@ -398,9 +399,9 @@ impl Store {
     }
 
     /// The highest series id that any chunk or latest value is stored under, whether or not the series
-    /// index has it. fjall recovers each keyspace from its own flushed tables plus the journal after them,
-    /// so after a power loss a month keyspace that had flushed can hold chunks of a series whose index
-    /// record was in the journal's lost tail; a new series must not get that id, or it would read those
+    /// index has it. fjall recovers each keyspace from its own flushed tables plus the journal after them
+    /// (see [`STATS_KEY`] for the window in which the two differ), so after a power loss a month keyspace
+    /// that had flushed can hold chunks of a series whose index record was in the journal's lost tail; a new series must not get that id, or it would read those
     /// chunks as its own. (The log still holds that series' records, since nothing was synced after its
     /// index record: replay writes them again under a new id.) One seek per keyspace.
     pub(crate) fn max_stored_series_id(&self) -> Result<Option<u64>> {

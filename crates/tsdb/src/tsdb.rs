@@ -127,7 +127,7 @@ impl Tsdb {
         let mut owner = HashMap::new();
         let mut next_id = 0;
         for (id, entity, key) in self.store.load_series()? {
-            next_id = next_id.max(id.0 + 1);
+            next_id = next_id.max(id.0.saturating_add(1));
             owner.insert(id, (entity, key.clone()));
             self.shard(entity)
                 .entities
@@ -136,11 +136,18 @@ impl Tsdb {
                 .insert(&key, SeriesState::new(id));
         }
         // Never an id that stored chunks or latest values use (see `Store::max_stored_series_id`).
-        if let Some(max) = self.store.max_stored_series_id()? {
-            if max >= next_id {
-                tracing::warn!(series = max, indexed_below = next_id, "stored data of series missing from the index (lost with the journal's tail); new series get higher ids");
-                next_id = max.saturating_add(1);
+        match self.store.max_stored_series_id()? {
+            // Never given out (see `new_series`): only a damaged key names it.
+            Some(u64::MAX) => {
+                tracing::warn!(
+                    "a stored key names series id u64::MAX, which no series gets; ignored"
+                );
             }
+            Some(max) if max >= next_id => {
+                tracing::warn!(series = max, indexed_below = next_id, "stored data of series missing from the index (lost with the journal's tail); new series get higher ids");
+                next_id = max + 1;
+            }
+            _ => {}
         }
         self.next_series_id.store(next_id, Ordering::Relaxed);
         for (id, ts, value) in self.store.load_latest()? {
@@ -189,7 +196,19 @@ impl Tsdb {
         entity: u128,
         key: &str,
     ) -> Result<&'a mut SeriesState> {
-        let id = SeriesId(self.next_series_id.fetch_add(1, Ordering::Relaxed));
+        // Ids are given out in order from 0 and never wrap: running out takes 2^64 - 1 series, or a damaged
+        // index record naming an id near the end.
+        let id = self
+            .next_series_id
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < u64::MAX).then_some(n + 1)
+            })
+            .map(SeriesId)
+            .map_err(|_| Error::Corrupt {
+                location: "series index".into(),
+                reason: "no series id left to give out (an index record names one near u64::MAX)"
+                    .into(),
+            })?;
         self.store.insert_series(id, entity, key)?;
         Ok(keys.insert(key, SeriesState::new(id)))
     }
@@ -775,6 +794,30 @@ mod tests {
         assert_eq!(db.query(1, "a", &all).unwrap(), vec![(ts, Value::Long(1))]);
         // The store's own record of what it holds: series 1's orphaned chunk and the two others.
         assert_eq!(db.store.max_stored_series_id().unwrap(), Some(2));
+    }
+
+    #[test]
+    fn a_damaged_key_naming_the_last_series_id_is_ignored_not_wrapped_around() {
+        use crate::points::Points;
+        use crate::{Order, Query};
+        let dir = tempfile::tempdir().unwrap();
+        let config = TsdbConfig::default();
+        let ts = 1_704_067_200_000; // 2024-01-01
+        let src = |pos| Source { partition: 0, pos };
+        let all = Query::raw(i64::MIN, i64::MAX, usize::MAX, Order::Asc);
+        let db = Tsdb::open(dir.path(), config.clone()).unwrap();
+        db.write(src(0), 1, "a", ts, &Value::Long(1)).unwrap();
+        let mut damaged = Points::new();
+        damaged.upsert(ts, &Value::Long(-1));
+        db.store.write_points(SeriesId(u64::MAX), &damaged).unwrap();
+        db.seal_all().unwrap();
+        db.persist().unwrap();
+        drop(db);
+        let db = Tsdb::open(dir.path(), config).unwrap();
+        db.write(src(1), 2, "b", ts, &Value::Long(2)).unwrap();
+        assert_eq!(db.query(2, "b", &all).unwrap(), vec![(ts, Value::Long(2))]);
+        assert_eq!(db.query(1, "a", &all).unwrap(), vec![(ts, Value::Long(1))]);
+        assert_eq!(db.next_series_id.load(Ordering::Relaxed), 2);
     }
 
     #[test]
